@@ -1,0 +1,53 @@
+"""Greedy decoding with the key/value cache: each step feeds one new position per sentence.
+
+Sentences that have produced EOS (or reached their length limit) leave the batch, so late
+steps cost only what is still being decoded.
+
+Shapes: B batch, S source length, D d_model, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnmt.data.tokenizers import BOS_ID, EOS_ID
+from attnmt.decode.search import Hypothesis, max_output_lengths
+from attnmt.model.transformer import Transformer
+
+
+@torch.no_grad()
+def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5,
+                  max_len_b: int = 10) -> list[Hypothesis]:
+    """Pick the most probable token at every step.
+
+    Args:
+        model: a Transformer in eval mode.
+        src: (B, S) int64 source ids ending with EOS, right-padded.
+        max_len_a, max_len_b: output limit a * source length + b tokens (EOS included).
+    Returns:
+        One :class:`Hypothesis` per sentence, in input order; ``score == log_prob``.
+    """
+    batch_size = src.size(0)
+    memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
+    limits = max_output_lengths(src, max_len_a, max_len_b, model.config.max_positions - 1)
+    cache = model.init_cache()
+    active = torch.arange(batch_size)  # sentence index of each live row
+    last = torch.full((batch_size, 1), BOS_ID, dtype=torch.long, device=src.device)  # (B, 1)
+    tokens: list[list[int]] = [[] for _ in range(batch_size)]
+    lprobs: list[list[float]] = [[] for _ in range(batch_size)]
+    step = 0
+    while active.numel():
+        logp = model.decode_step(last, memory, src_mask, cache)  # (b, V)
+        best_lp, best = logp.max(dim=-1)  # (b,)
+        step += 1
+        for row, (sent, tok, lp) in enumerate(zip(active.tolist(), best.tolist(), best_lp.tolist())):
+            tokens[sent].append(tok)
+            lprobs[sent].append(lp)
+        done = (best == EOS_ID) | (limits[active] <= step)  # (b,)
+        if done.any():
+            keep = (~done).nonzero().squeeze(1)  # (b',)
+            active, best = active[keep], best[keep]
+            memory, src_mask = memory.index_select(0, keep), src_mask.index_select(0, keep)
+            cache.reorder(keep)
+        last = best[:, None]  # (b, 1)
+    return [Hypothesis(t, lp, sum(lp), sum(lp)) for t, lp in zip(tokens, lprobs)]

@@ -1,0 +1,210 @@
+"""Raw text in, raw text out: load a model directory and translate sentences with it.
+
+``Translator`` ties the pieces a user should not have to assemble: the SentencePiece
+model(s), the Transformer weights, length-sorted batching, greedy or beam search, and
+detokenization. Empty input lines give empty translations, so output lines match input lines.
+
+Shapes: B batch, S source length, T output length, L layers, H heads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import yaml
+
+from attnmt.config import Config, config_from_dict
+from attnmt.data.batching import pad_sequences
+from attnmt.data.tokenizers import BOS_ID, EOS_ID, Tokenizer
+from attnmt.decode.beam import beam_search
+from attnmt.decode.greedy import greedy_search
+from attnmt.decode.search import Hypothesis
+from attnmt.errors import CheckpointError
+from attnmt.model.transformer import Transformer
+from attnmt.train.checkpoint import WEIGHTS, load_weights
+
+log = logging.getLogger(__name__)
+
+
+def load_tokenizers(run_dir: str | Path) -> tuple[Tokenizer, Tokenizer]:
+    """(source, target) SentencePiece models of a model directory (the same one if joint).
+
+    Raises:
+        CheckpointError: neither ``spm.model`` nor ``src.spm.model``/``tgt.spm.model`` exists.
+    """
+    run_dir = Path(run_dir)
+    if (run_dir / "spm.model").is_file():
+        tok = Tokenizer.load(run_dir / "spm.model")
+        return tok, tok
+    if (run_dir / "src.spm.model").is_file():
+        return Tokenizer.load(run_dir / "src.spm.model"), Tokenizer.load(run_dir / "tgt.spm.model")
+    raise CheckpointError(f"{run_dir}: no SentencePiece model (spm.model or src.spm.model) in the model directory")
+
+
+def load_run_config(run_dir: str | Path) -> Config:
+    """The validated ``config.yaml`` of a model directory.
+
+    Raises:
+        CheckpointError: the directory or its config.yaml is missing.
+    """
+    path = Path(run_dir) / "config.yaml"
+    if not Path(run_dir).is_dir():
+        raise CheckpointError(f"{run_dir}: no such model directory")
+    if not path.is_file():
+        raise CheckpointError(f"{path}: missing; is {run_dir} a model directory made by 'attnmt train'?")
+    return config_from_dict(yaml.safe_load(path.read_text(encoding="utf-8")), origin=str(path))
+
+
+@dataclass
+class ScoredHypothesis:
+    """One translation candidate.
+
+    text: detokenized output. token_ids: output ids (ending with EOS unless cut at the length
+    limit). pieces: their subword strings (EOS shown as '</s>').
+    token_log_probs: natural-log probability of each piece. log_prob: their sum.
+    score: log_prob / length penalty (beam search) or log_prob (greedy).
+    """
+
+    text: str
+    token_ids: list[int]
+    pieces: list[str]
+    token_log_probs: list[float]
+    log_prob: float
+    score: float
+
+
+@dataclass
+class Translation:
+    """The result for one input sentence.
+
+    hypotheses: best first (``nbest`` of them). src_pieces: source subwords incl. '</s>'.
+    attention: when requested, the best hypothesis' encoder-decoder attention, float32
+    (L, H, T, S) with T = len(hypotheses[0].pieces) and S = len(src_pieces).
+    """
+
+    hypotheses: list[ScoredHypothesis]
+    src_pieces: list[str] = field(default_factory=list)
+    attention: torch.Tensor | None = None
+
+    @property
+    def text(self) -> str:
+        """The best translation."""
+        return self.hypotheses[0].text if self.hypotheses else ""
+
+
+class Translator:
+    """Translate raw sentences with a trained model.
+
+    Example:
+        >>> tr = Translator.from_dir("runs/de-en")
+        >>> tr.translate(["Ein Mann fährt Fahrrad."])[0].text
+    """
+
+    def __init__(self, model: Transformer, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer, config: Config):
+        self.model = model.eval()
+        self.src_tokenizer = src_tokenizer
+        self.tgt_tokenizer = tgt_tokenizer
+        self.config = config
+
+    @classmethod
+    def from_dir(cls, run_dir: str | Path, weights: str | Path | None = None) -> "Translator":
+        """Load a model directory (config.yaml, SentencePiece model(s), model.safetensors).
+
+        Args:
+            weights: another safetensors file to load instead of the directory's model.safetensors.
+        Raises:
+            CheckpointError: missing or incompatible files.
+        """
+        config = load_run_config(run_dir)
+        src_tok, tgt_tok = load_tokenizers(run_dir)
+        model = Transformer(config.model, len(src_tok), len(tgt_tok))
+        load_weights(model, weights if weights is not None else Path(run_dir) / WEIGHTS)
+        return cls(model, src_tok, tgt_tok, config)
+
+    def _autocast(self):
+        if self.config.decode.precision == "bf16":
+            return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _hypothesis(self, h: Hypothesis) -> ScoredHypothesis:
+        body = h.tokens[:-1] if h.tokens and h.tokens[-1] == EOS_ID else h.tokens
+        pieces = self.tgt_tokenizer.pieces(body) + (["</s>"] if len(body) < len(h.tokens) else [])
+        return ScoredHypothesis(self.tgt_tokenizer.decode(body), list(h.tokens), pieces, h.token_log_probs,
+                                h.log_prob, h.score)
+
+    def encode_sources(self, sentences: list[str]) -> list[list[int]]:
+        """Source ids + EOS per sentence, truncated to the model's max_positions."""
+        limit = self.config.model.max_positions - 1
+        ids = self.src_tokenizer.encode_batch(sentences)
+        for i, s in enumerate(ids):
+            if len(s) > limit:
+                log.warning("sentence %d has %d subwords; truncated to %d", i + 1, len(s), limit)
+                ids[i] = s[:limit]
+        return [s + [EOS_ID] for s in ids]
+
+    @torch.no_grad()
+    def translate(
+        self, sentences: list[str], beam_size: int | None = None, nbest: int = 1,
+        batch_size: int | None = None, length_penalty: float | None = None,
+        return_attention: bool = False,
+    ) -> list[Translation]:
+        """Translate raw sentences.
+
+        Args:
+            sentences: raw text, one sentence each; empty strings translate to empty results.
+            beam_size: K (1 = greedy search); default from the model's decode config.
+            nbest: hypotheses per sentence (<= beam_size).
+            batch_size: sentences per search batch (sorted by length); default from config.
+            length_penalty: alpha; default from config.
+            return_attention: also compute each best hypothesis' source attention.
+        Returns:
+            One :class:`Translation` per input sentence, in input order.
+        """
+        dc = self.config.decode
+        beam_size = beam_size or dc.beam_size
+        batch_size = batch_size or dc.batch_size
+        alpha = dc.length_penalty if length_penalty is None else length_penalty
+        if nbest > beam_size:
+            raise ValueError(f"nbest ({nbest}) cannot exceed beam size ({beam_size})")
+        results: list[Translation | None] = [None] * len(sentences)
+        todo = [i for i, s in enumerate(sentences) if s.strip()]
+        for i, s in enumerate(sentences):
+            if not s.strip():
+                results[i] = Translation([ScoredHypothesis("", [], [], [], 0.0, 0.0)])
+        src_ids = dict(zip(todo, self.encode_sources([sentences[i] for i in todo])))
+        order = sorted(todo, key=lambda i: len(src_ids[i]), reverse=True)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start: start + batch_size]
+            src = pad_sequences([src_ids[i] for i in chunk])  # (B, S)
+            with self._autocast():
+                if beam_size == 1 and nbest == 1:
+                    hyps = [[h] for h in greedy_search(self.model, src, dc.max_len_a, dc.max_len_b)]
+                else:
+                    hyps = beam_search(self.model, src, beam_size, alpha, dc.length_penalty_k,
+                                       dc.max_len_a, dc.max_len_b, nbest)
+            for i, hs in zip(chunk, hyps):
+                results[i] = Translation([self._hypothesis(h) for h in hs],
+                                         self.src_tokenizer.pieces(src_ids[i][:-1]) + ["</s>"])
+        if return_attention:
+            for i in todo:
+                results[i].attention = self.source_attention(src_ids[i], results[i].hypotheses[0].token_ids)
+        return results  # type: ignore[return-value]
+
+    @torch.no_grad()
+    def source_attention(self, src_ids: list[int], out_ids: list[int]) -> torch.Tensor:
+        """Encoder-decoder attention of a forced output: float32 (L, H, T, S).
+
+        Args:
+            src_ids: source ids ending with EOS (S of them).
+            out_ids: output ids (T of them, usually ending with EOS); row t is the attention
+                used to predict ``out_ids[t]``.
+        """
+        src = torch.tensor([src_ids])  # (1, S)
+        tgt_in = torch.tensor([[BOS_ID] + out_ids[:-1]]) if out_ids else torch.tensor([[BOS_ID]])  # (1, T)
+        memory, src_mask, _ = self.model.encode(src)
+        out = self.model.decode(tgt_in, memory, src_mask, need_weights=True)
+        return torch.stack([w[0].float() for w in out.source_attention])  # (L, H, T, S)

@@ -1,0 +1,54 @@
+"""Positional encodings (paper section 3.5): sinusoidal, or learned as an option.
+
+PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
+PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
+
+Shapes: B batch, T length, D d_model.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def sinusoidal_table(max_positions: int, d_model: int) -> torch.Tensor:
+    """The (max_positions, d_model) float32 table of section 3.5."""
+    pos = torch.arange(max_positions, dtype=torch.float32)[:, None]  # (P, 1)
+    div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))  # (D/2,)
+    table = torch.zeros(max_positions, d_model)
+    table[:, 0::2] = torch.sin(pos * div)
+    table[:, 1::2] = torch.cos(pos * div[: d_model // 2])
+    return table
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Fixed sinusoids, a non-trainable buffer (not saved in checkpoints)."""
+
+    def __init__(self, d_model: int, max_positions: int):
+        super().__init__()
+        self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
+
+    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
+        """Encodings of positions offset .. offset + length - 1: (1, length, D)."""
+        if offset + length > self.table.size(0):
+            raise ValueError(f"position {offset + length - 1} exceeds max_positions {self.table.size(0)}")
+        return self.table[offset: offset + length][None]
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """Learned absolute positions (the paper's variant in Table 3, row E)."""
+
+    def __init__(self, d_model: int, max_positions: int):
+        super().__init__()
+        self.embedding = nn.Embedding(max_positions, d_model)
+        nn.init.normal_(self.embedding.weight, std=d_model ** -0.5)
+
+    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
+        """Embeddings of positions offset .. offset + length - 1: (1, length, D)."""
+        if offset + length > self.embedding.num_embeddings:
+            raise ValueError(f"position {offset + length - 1} exceeds max_positions {self.embedding.num_embeddings}")
+        idx = torch.arange(offset, offset + length, device=self.embedding.weight.device)
+        return self.embedding(idx)[None]
