@@ -18,7 +18,7 @@ import sys
 log = logging.getLogger(__name__)
 
 _M_TRIM_THRESHOLD = -1
-_M_MMAP_MAX = -4
+_M_MMAP_THRESHOLD = -3
 _done = False
 
 
@@ -35,7 +35,7 @@ def tune_allocator() -> bool:
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        ok = libc.mallopt(_M_MMAP_MAX, 0) == 1 and libc.mallopt(_M_TRIM_THRESHOLD, 2**30) == 1
+        ok = libc.mallopt(_M_MMAP_THRESHOLD, 32 * 2**20) == 1 and libc.mallopt(_M_TRIM_THRESHOLD, 2**30) == 1
     except (OSError, AttributeError):
         return False
     _done = ok

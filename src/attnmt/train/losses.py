@@ -30,19 +30,32 @@ def label_smoothed_nll_loss_reference(
     return (loss * keep).sum(), (nll * keep).sum()
 
 
+_CHUNK_ROWS = 1024  # rows of logits processed at once: float32 temporaries stay <= 1024 x V
+
+
 class _LabelSmoothedCrossEntropy(torch.autograd.Function):
+    """Forward and closed-form backward, over row chunks so that float32 temporaries stay small
+    and equally sized from step to step (the allocator then reuses them instead of growing)."""
+
     @staticmethod
     def forward(ctx, logits, target, epsilon, ignore_index):
-        x = logits.float()  # (N, V)
         keep = (target != ignore_index).float()  # (N,)
         safe_target = target.masked_fill(target == ignore_index, 0)
-        lse = torch.logsumexp(x, dim=-1)  # (N,)
-        nll = lse - x.gather(-1, safe_target[:, None]).squeeze(-1)  # (N,)
-        smooth = lse - x.mean(dim=-1)  # (N,)
-        loss = ((1.0 - epsilon) * nll + epsilon * smooth) * keep
+        lse = torch.empty(logits.size(0), dtype=torch.float32, device=logits.device)  # (N,)
+        loss_sum = torch.zeros((), dtype=torch.float32, device=logits.device)
+        nll_sum = torch.zeros((), dtype=torch.float32, device=logits.device)
+        for i in range(0, logits.size(0), _CHUNK_ROWS):
+            x = logits[i: i + _CHUNK_ROWS].float()  # (n, V)
+            lse_c = torch.logsumexp(x, dim=-1)  # (n,)
+            nll = lse_c - x.gather(-1, safe_target[i: i + _CHUNK_ROWS, None]).squeeze(-1)  # (n,)
+            smooth = lse_c - x.mean(dim=-1)  # (n,)
+            k = keep[i: i + _CHUNK_ROWS]
+            loss_sum += (((1.0 - epsilon) * nll + epsilon * smooth) * k).sum()
+            nll_sum += (nll * k).sum()
+            lse[i: i + _CHUNK_ROWS] = lse_c
         ctx.save_for_backward(logits, lse, safe_target, keep)
         ctx.epsilon = epsilon
-        return loss.sum(), (nll * keep).sum()
+        return loss_sum, nll_sum
 
     @staticmethod
     def backward(ctx, g_loss, g_nll):
@@ -50,11 +63,14 @@ class _LabelSmoothedCrossEntropy(torch.autograd.Function):
         eps, vocab = ctx.epsilon, logits.size(-1)
         g_loss = g_loss if g_loss is not None else torch.zeros((), device=logits.device)
         g_nll = g_nll if g_nll is not None else torch.zeros((), device=logits.device)
-        row = keep[:, None]  # (N, 1)
-        grad = torch.exp(logits.float() - lse[:, None])  # softmax, (N, V)
-        grad.mul_(row * (g_loss + g_nll)).sub_(row * (g_loss * eps / vocab))
-        grad.scatter_add_(-1, target[:, None], -row * (g_loss * (1.0 - eps) + g_nll))
-        return grad.to(logits.dtype), None, None, None
+        grad_logits = torch.empty_like(logits)  # (N, V)
+        for i in range(0, logits.size(0), _CHUNK_ROWS):
+            row = keep[i: i + _CHUNK_ROWS, None]  # (n, 1)
+            g = torch.exp(logits[i: i + _CHUNK_ROWS].float() - lse[i: i + _CHUNK_ROWS, None])  # softmax (n, V)
+            g.mul_(row * (g_loss + g_nll)).sub_(row * (g_loss * eps / vocab))
+            g.scatter_add_(-1, target[i: i + _CHUNK_ROWS, None], -row * (g_loss * (1.0 - eps) + g_nll))
+            grad_logits[i: i + _CHUNK_ROWS] = g
+        return grad_logits, None, None, None
 
 
 def label_smoothed_nll_loss(
