@@ -151,8 +151,9 @@ class MultiHeadAttention(nn.Module):
         """
         q = self._split_heads(self.q_proj(query))  # (B, H, Tq, Dh)
         tq, tk = q.size(-2), keys.size(-2)
-        if is_causal and (need_weights or tq != tk):
-            # The fused kernel aligns its causal mask top-left; queries here are the last Tq positions.
+        if is_causal and (need_weights or not self.fused or tq != tk):
+            # An explicit mask for the explicit path, and where the fused kernel's top-left causal
+            # alignment would be wrong (queries here are the last Tq of Tk positions).
             mask, is_causal = causal_mask(tq, q.device, offset=tk - tq), False
         if need_weights or not self.fused:
             out, weights = scaled_dot_product_attention(q, keys, values, mask, self.dropout, self.training)
