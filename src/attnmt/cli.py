@@ -61,7 +61,7 @@ def _translator(args: argparse.Namespace):
 
     tr = Translator.from_dir(args.model, weights=args.weights)
     if args.precision:
-        tr.config.decode.precision = args.precision
+        tr.set_precision(args.precision)
     return tr
 
 
@@ -114,7 +114,8 @@ def _add_decode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam-size", type=int, help="beam size K (1 = greedy); default from the model's config")
     p.add_argument("--batch-size", type=int, help="sentences per batch; default from the model's config")
     p.add_argument("--length-penalty", type=float, help="alpha of the GNMT length penalty (default 0.6)")
-    p.add_argument("--precision", choices=["fp32", "bf16"], help="decode precision (default: model's config)")
+    p.add_argument("--precision", choices=["fp32", "bf16", "int8"],
+                   help="inference precision: fp32, bf16, or int8 (dynamic quantisation); default from the model's config")
     p.add_argument("--threads", type=int, help="CPU threads (default: PyTorch's)")
 
 

@@ -127,7 +127,7 @@ class DecodeConfig(_Section):
     max_len_a: float = Field(1.5, ge=0.0, description="max output length = a * source length + b")
     max_len_b: int = Field(10, ge=0)
     batch_size: int = Field(128, gt=0, description="sentences per search batch")
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["fp32", "bf16", "int8"] = "fp32"
 
 
 class Config(_Section):

@@ -96,11 +96,12 @@ def beam_search(
         # Finalise EOS candidates ranked within the first K.
         new_final = (is_eos[:, :K] & torch.isfinite(top_scores[:, :K])).nonzero().tolist()
         if new_final:
+            rows_l, cand_lp_l, top_l = rows.tolist(), cand_lp.tolist(), top_scores.tolist()
             for i, j in new_final:
-                r = rows[i, j].item()
-                lps = history_lp[r].tolist() + [cand_lp[i, j].item()]
+                r = rows_l[i][j]
+                lps = history_lp[r].tolist() + [cand_lp_l[i][j]]
                 tokens = history[r, 1:].tolist() + [EOS_ID]
-                log_prob = top_scores[i, j].item()
+                log_prob = top_l[i][j]
                 finished[active[i]].append(
                     Hypothesis(tokens, lps, log_prob, log_prob / length_penalty(len(tokens), alpha, k)))
 

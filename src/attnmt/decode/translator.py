@@ -9,7 +9,6 @@ Shapes: B batch, S source length, T output length, L layers, H heads.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +108,8 @@ class Translator:
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.config = config
+        self._precision = "fp32"
+        self.set_precision(config.decode.precision)
 
     @classmethod
     def from_dir(cls, run_dir: str | Path, weights: str | Path | None = None) -> "Translator":
@@ -125,10 +126,25 @@ class Translator:
         load_weights(model, weights if weights is not None else Path(run_dir) / WEIGHTS)
         return cls(model, src_tok, tgt_tok, config)
 
-    def _autocast(self):
-        if self.config.decode.precision == "bf16":
-            return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+    def set_precision(self, precision: str) -> None:
+        """Switch the inference precision: 'fp32'; 'bf16' (weights and activations in bfloat16,
+        log-probabilities in float32); or 'int8' (CPU: Linear layers dynamically quantised to
+        int8 with torch.ao.quantization.quantize_dynamic, activations float32).
+
+        Raises:
+            ValueError: an unknown precision, or going back from int8.
+        """
+        if precision not in ("fp32", "bf16", "int8"):
+            raise ValueError(f"unknown precision {precision!r}; use fp32, bf16 or int8")
+        if self._precision == "int8" and precision != "int8":
+            raise ValueError("an int8-quantised model cannot be converted back; load it again")
+        if precision == "int8" and self._precision != "int8":
+            from torch.ao.quantization import quantize_dynamic
+
+            self.model = quantize_dynamic(self.model.float(), {torch.nn.Linear}, dtype=torch.qint8)
+        elif precision in ("fp32", "bf16"):
+            self.model = self.model.to(torch.bfloat16 if precision == "bf16" else torch.float32)
+        self._precision = precision
 
     def _hypothesis(self, h: Hypothesis) -> ScoredHypothesis:
         body = h.tokens[:-1] if h.tokens and h.tokens[-1] == EOS_ID else h.tokens
@@ -180,12 +196,11 @@ class Translator:
         for start in range(0, len(order), batch_size):
             chunk = order[start: start + batch_size]
             src = pad_sequences([src_ids[i] for i in chunk])  # (B, S)
-            with self._autocast():
-                if beam_size == 1 and nbest == 1:
-                    hyps = [[h] for h in greedy_search(self.model, src, dc.max_len_a, dc.max_len_b)]
-                else:
-                    hyps = beam_search(self.model, src, beam_size, alpha, dc.length_penalty_k,
-                                       dc.max_len_a, dc.max_len_b, nbest)
+            if beam_size == 1 and nbest == 1:
+                hyps = [[h] for h in greedy_search(self.model, src, dc.max_len_a, dc.max_len_b)]
+            else:
+                hyps = beam_search(self.model, src, beam_size, alpha, dc.length_penalty_k,
+                                   dc.max_len_a, dc.max_len_b, nbest)
             for i, hs in zip(chunk, hyps):
                 results[i] = Translation([self._hypothesis(h) for h in hs],
                                          self.src_tokenizer.pieces(src_ids[i][:-1]) + ["</s>"])

@@ -297,7 +297,7 @@ def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: s
                 tok_s = window_tokens / max(now - window_start, 1e-9)
                 loss_tok = window_loss / max(window_tokens, 1)
                 bar.set_postfix(loss=f"{loss_tok:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:.0f}", ep=epoch + 1,
-                                left=f"{(budget_s - elapsed()) / 60:.0f}m" if budget_s else "-")
+                                eta=f"{(budget_s - elapsed()) / 60:.0f}m" if budget_s else "-")
                 metrics.write(kind="train", step=step, epoch=epoch + 1, seconds=round(elapsed(), 1), loss=loss_tok,
                               ppl=math.exp(min(window_nll / max(window_tokens, 1), 50)), lr=lr, tgt_tokens_per_s=tok_s)
                 if bar.disable:
