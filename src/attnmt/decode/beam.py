@@ -9,8 +9,9 @@ and ranked within the first K become finished hypotheses; the K best others stay
 (fairseq's scheme). A sentence is done once it has ``nbest`` finished hypotheses and no open
 one can still beat the worst of them: an open hypothesis with log-probability s <= 0 can at
 best reach s / max(lp(now + 1), lp(max length)), since log-probabilities only fall as it grows.
-At its length limit every hypothesis is forced to end with EOS. Done sentences leave the batch,
-and the decoder cache is reordered with one ``index_select`` per step.
+At its length limit every hypothesis is forced to end with EOS. Done sentences leave the batch.
+Each step reorders the cached self-attention keys/values to follow the surviving beams; the
+source-attention ones are shared by a sentence's beams and move only when sentences leave.
 
 Shapes: B batch (sentences), n sentences still searched, K beam size, S source length,
 D d_model, V vocabulary, t tokens generated so far.
@@ -135,7 +136,10 @@ def beam_search(
             memory = memory.index_select(0, beam_keep)
             src_mask = src_mask.index_select(0, beam_keep)
             active = [active[i] for i in keep]
-        cache.reorder(sel_rows)
+            cache.reorder(sel_rows)
+        else:
+            # Beams moved only within their sentence: source keys/values are already in place.
+            cache.reorder(sel_rows, cross=False)
         history = torch.cat([history.index_select(0, sel_rows), sel_tokens], dim=1)
         history_lp = torch.cat([history_lp.index_select(0, sel_rows), sel_lp], dim=1)
 

@@ -18,7 +18,7 @@ from attnmt.model.transformer import Transformer
 @torch.no_grad()
 def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5,
                   max_len_b: int = 10) -> list[Hypothesis]:
-    """Pick the most probable token at every step.
+    """Pick the most probable token at every step; at a sentence's length limit, EOS.
 
     Args:
         model: a Transformer in eval mode.
@@ -40,10 +40,14 @@ def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5,
         logp = model.decode_step(last, memory, src_mask, cache)  # (b, V)
         best_lp, best = logp.max(dim=-1)  # (b,)
         step += 1
+        at_limit = limits[active] <= step  # (b,) these must end now: EOS, as in beam search
+        if at_limit.any():
+            best = torch.where(at_limit, torch.full_like(best, EOS_ID), best)
+            best_lp = torch.where(at_limit, logp[:, EOS_ID], best_lp)
         for row, (sent, tok, lp) in enumerate(zip(active.tolist(), best.tolist(), best_lp.tolist())):
             tokens[sent].append(tok)
             lprobs[sent].append(lp)
-        done = (best == EOS_ID) | (limits[active] <= step)  # (b,)
+        done = best == EOS_ID  # (b,)
         if done.any():
             keep = (~done).nonzero().squeeze(1)  # (b',)
             active, best = active[keep], best[keep]

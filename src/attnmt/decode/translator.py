@@ -23,6 +23,7 @@ from attnmt.decode.beam import beam_search
 from attnmt.decode.greedy import greedy_search
 from attnmt.decode.search import Hypothesis
 from attnmt.errors import CheckpointError
+from attnmt.model.attention import MultiHeadAttention
 from attnmt.model.transformer import Transformer
 from attnmt.train.checkpoint import WEIGHTS, load_weights
 
@@ -144,6 +145,11 @@ class Translator:
             self.model = quantize_dynamic(self.model.float(), {torch.nn.Linear}, dtype=torch.qint8)
         elif precision in ("fp32", "bf16"):
             self.model = self.model.to(torch.bfloat16 if precision == "bf16" else torch.float32)
+        # One-query attention steps: PyTorch's fused kernel was ~5x faster than batched matmuls
+        # in float32 on our CPU benchmark, the explicit formula slightly faster in bfloat16.
+        for module in self.model.modules():
+            if isinstance(module, MultiHeadAttention):
+                module.fused = precision != "bf16"
         self._precision = precision
 
     def _hypothesis(self, h: Hypothesis) -> ScoredHypothesis:

@@ -85,9 +85,12 @@ class LayerCache:
     cross_k: torch.Tensor | None = None
     cross_v: torch.Tensor | None = None
 
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep rows ``index`` (int64, (B',)) of every tensor: beam reordering or dropping."""
-        for name in ("self_k", "self_v", "cross_k", "cross_v"):
+    def reorder(self, index: torch.Tensor, cross: bool = True) -> None:
+        """Keep rows ``index`` (int64, (B',)) of the self-attention keys/values and, with
+        ``cross``, of the source-attention ones (beam search leaves those alone when it only
+        permutes beams within a sentence, whose rows share one source)."""
+        names = ("self_k", "self_v", "cross_k", "cross_v") if cross else ("self_k", "self_v")
+        for name in names:
             t = getattr(self, name)
             if t is not None:
                 setattr(self, name, t.index_select(0, index))
@@ -105,10 +108,11 @@ class DecoderCache:
     layers: list[LayerCache] = field(default_factory=list)
     step: int = 0
 
-    def reorder(self, index: torch.Tensor) -> None:
-        """Select batch rows ``index`` (int64, (B',)) in every layer's keys and values."""
+    def reorder(self, index: torch.Tensor, cross: bool = True) -> None:
+        """Select batch rows ``index`` (int64, (B',)) in every layer's keys and values
+        (source-attention ones only with ``cross``)."""
         for layer in self.layers:
-            layer.reorder(index)
+            layer.reorder(index, cross)
 
 
 class MultiHeadAttention(nn.Module):

@@ -1,0 +1,123 @@
+"""Train a small model on a copy task (about a minute on 2 cores), then use it as a user would:
+the run directory, translation through Python and the CLI, resume, and one-line CLI errors."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from attnmt.config import config_from_dict
+from attnmt.decode.translator import Translator
+from attnmt.train.trainer import train
+
+WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
+         "kilo", "lima", "mike", "november", "oscar", "papa"]
+
+
+def _sentences(rng, n):
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 7))) for _ in range(n)]
+
+
+def _config(tmp_path, max_steps):
+    rng = random.Random(0)
+    train_lines, valid_lines = _sentences(rng, 3000), _sentences(rng, 60)
+    for name, lines in (("train", train_lines), ("valid", valid_lines)):
+        for side in ("src", "tgt"):
+            (tmp_path / f"{name}.{side}").write_text("\n".join(lines) + "\n")
+    return {
+        "data": {"train_src": str(tmp_path / "train.src"), "train_tgt": str(tmp_path / "train.tgt"),
+                 "valid_src": str(tmp_path / "valid.src"), "valid_tgt": str(tmp_path / "valid.tgt")},
+        "tokenizer": {"vocab_size": 40, "model_type": "bpe"},
+        "model": {"d_model": 64, "num_heads": 4, "d_ff": 128, "num_encoder_layers": 2, "num_decoder_layers": 2,
+                  "dropout": 0.0, "share_embeddings": True},
+        "train": {"batch_tokens": 1500, "schedule": "inverse_sqrt", "lr": 3e-3, "warmup_steps": 50,
+                  "max_steps": max_steps, "valid_every": 150, "log_every": 25, "precision": "bf16",
+                  "label_smoothing": 0.1, "seed": 3},
+        "decode": {"beam_size": 4},
+    }
+
+
+@pytest.fixture(scope="module")
+def copy_run(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("copy")
+    raw = _config(tmp_path, max_steps=150)
+    run_dir = tmp_path / "run"
+    train(config_from_dict(raw), run_dir, progress=False)
+    first_state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    raw["train"]["max_steps"] = 450
+    result = train(config_from_dict(raw), run_dir, resume=True, progress=False)
+    return run_dir, result, first_state
+
+
+def test_run_directory_is_self_contained(copy_run):
+    run_dir, result, first_state = copy_run
+    for name in ("config.yaml", "spm.model", "model.safetensors", "checkpoints/last.pt", "train_log.jsonl"):
+        assert (run_dir / name).is_file(), name
+    assert first_state["step"] == 150
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert state["step"] == 450 and result.steps == 450
+
+
+def test_training_loss_falls_and_resume_continues(copy_run):
+    run_dir, _, _ = copy_run
+    records = [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
+    train_steps = [r["step"] for r in records if r["kind"] == "train"]
+    assert train_steps == sorted(train_steps) and len(set(train_steps)) == len(train_steps)  # no step twice
+    losses = [r["loss"] for r in records if r["kind"] == "train"]
+    assert losses[-1] < 0.35 * losses[0]
+    valid = [r for r in records if r["kind"] == "valid"]
+    assert valid[-1]["valid_bleu"] > 90
+
+
+def test_copy_task_translated_exactly(copy_run):
+    run_dir, _, _ = copy_run
+    tr = Translator.from_dir(run_dir)
+    held_out = _sentences(random.Random(99), 20)
+    for beam in (1, 4):
+        out = [t.text for t in tr.translate(held_out, beam_size=beam)]
+        exact = sum(o == s for o, s in zip(out, held_out))
+        assert exact >= 18, (beam, [(o, s) for o, s in zip(out, held_out) if o != s])  # 90% copied exactly
+
+
+def _cli(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "attnmt", "-q", *args], input=stdin, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_cli_translate_keeps_lines(copy_run, tmp_path):
+    run_dir, _, _ = copy_run
+    proc = _cli("translate", "--model", str(run_dir), "--beam-size", "3", stdin="alpha bravo\n\nkilo lima mike\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "alpha bravo\n\nkilo lima mike\n"
+
+
+def test_cli_errors_are_one_line(copy_run, tmp_path):
+    run_dir, _, _ = copy_run
+    (tmp_path / "s").write_text("a\nb\n")
+    (tmp_path / "r").write_text("a\n")
+    bad_cfg = tmp_path / "bad.yaml"
+    bad_cfg.write_text("data: {dataset: multi30k, pair: de-en}\nmodel: {heads: 3}\n")
+    cases = [
+        ("evaluate", "--model", str(run_dir), "--src", str(tmp_path / "s"), "--ref", str(tmp_path / "r")),
+        ("translate", "--model", str(tmp_path / "missing")),
+        ("train", str(bad_cfg), "--output", str(tmp_path / "out")),
+        ("train", str(tmp_path / "nope.yaml"), "--output", str(tmp_path / "out")),
+        ("translate", "--model", str(run_dir), "--input", str(tmp_path / "nope.txt")),
+    ]
+    for args in cases:
+        proc = _cli(*args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("attnmt: error:"), (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
+
+
+def test_training_into_an_existing_run_is_refused(copy_run):
+    run_dir, _, _ = copy_run
+    proc = _cli("train", str(run_dir / "config.yaml"), "--output", str(run_dir))
+    assert proc.returncode == 2 and "--resume" in proc.stderr

@@ -1,0 +1,124 @@
+"""Greedy and beam search: hand-set probabilities, the length penalty, stopping, n-best."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from attnmt.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from attnmt.decode.beam import beam_search, length_penalty
+from attnmt.decode.greedy import greedy_search
+from tests.conftest import tiny_model
+
+A, B_, C = 4, 5, 6  # token ids of the fake vocabulary (size 8)
+V = 8
+
+
+class FakeCache:
+    def __init__(self, rows: int):
+        self.prefixes = [() for _ in range(rows)]
+
+    def reorder(self, index: torch.Tensor, cross: bool = True) -> None:
+        self.prefixes = [self.prefixes[i] for i in index.tolist()]
+
+
+class FakeModel:
+    """Next-token distributions looked up by the prefix generated so far (BOS excluded)."""
+
+    def __init__(self, table: dict[tuple, dict[int, float]], default: dict[int, float]):
+        self.table, self.default = table, default
+        self.config = SimpleNamespace(max_positions=100)
+
+    def encode(self, src):
+        return torch.zeros(src.size(0), src.size(1), 1), (src != PAD_ID)[:, None, None, :], None
+
+    def init_cache(self):
+        return None  # created lazily with the row count
+
+    def decode_step(self, tokens, memory, src_mask, cache):
+        rows = tokens.size(0)
+        out = torch.full((rows, V), -30.0)  # tokens a distribution leaves out: log-prob -30
+        for r, tok in enumerate(tokens[:, 0].tolist()):
+            if tok != BOS_ID:
+                self._cache.prefixes[r] = self._cache.prefixes[r] + (tok,)
+            dist = self.table.get(self._cache.prefixes[r], self.default)
+            for t, p in dist.items():
+                out[r, t] = math.log(p)
+        return out
+
+
+def run_beam(model: FakeModel, src, **kwargs):
+    cache = FakeCache(src.size(0) * kwargs.get("beam_size", 5))
+    model._cache = cache
+    model.init_cache = lambda: cache
+    return beam_search(model, src, **kwargs)
+
+
+SRC = torch.tensor([[7, 7, EOS_ID]])
+
+
+def test_length_penalty_values():
+    assert length_penalty(1, 0.6, 5) == pytest.approx(1.0)
+    assert length_penalty(10, 0.6, 5) == pytest.approx((15 / 6) ** 0.6)
+    assert length_penalty(7, 0.0, 5) == 1.0
+
+
+def test_early_finisher_is_not_final_while_an_open_hypothesis_can_win():
+    # [EOS] finishes first (p 0.4) but [A, EOS] (0.6 * 0.9 = 0.54) is better.
+    model = FakeModel({(): {A: 0.6, EOS_ID: 0.4}, (A,): {EOS_ID: 0.9, B_: 0.1}}, default={EOS_ID: 1.0})
+    (hyps,) = run_beam(model, SRC, beam_size=2, alpha=0.0, nbest=2)
+    assert [h.tokens for h in hyps] == [[A, EOS_ID], [EOS_ID]]
+    assert hyps[0].log_prob == pytest.approx(math.log(0.54), abs=1e-5)
+    assert hyps[0].token_log_probs == pytest.approx([math.log(0.6), math.log(0.9)], abs=1e-5)
+    assert hyps[1].score == pytest.approx(math.log(0.4), abs=1e-5)
+
+
+def test_length_penalty_changes_the_winner():
+    table = {(): {A: 0.5, EOS_ID: 0.45, B_: 0.05}, (A,): {EOS_ID: 0.8, C: 0.2}}
+    (short,) = run_beam(FakeModel(table, {EOS_ID: 1.0}), SRC, beam_size=2, alpha=0.0)
+    assert short[0].tokens == [EOS_ID]  # log 0.45 > log 0.4
+    (longer,) = run_beam(FakeModel(table, {EOS_ID: 1.0}), SRC, beam_size=2, alpha=1.0, k=5.0)
+    assert longer[0].tokens == [A, EOS_ID]  # log(0.4) / (7/6) > log(0.45) / 1
+    assert longer[0].score == pytest.approx(math.log(0.4) / (7 / 6), abs=1e-5)
+
+
+def test_max_length_forces_eos():
+    model = FakeModel({}, default={A: 0.9, B_: 0.1})  # EOS never proposed (log-prob -30)
+    (hyps,) = run_beam(model, SRC, beam_size=2, alpha=0.0, max_len_a=0.0, max_len_b=3)
+    assert hyps[0].tokens == [A, A, EOS_ID]
+    assert hyps[0].token_log_probs[:2] == pytest.approx([math.log(0.9)] * 2, abs=1e-5)
+
+
+def test_nbest_out_of_range():
+    with pytest.raises(ValueError):
+        run_beam(FakeModel({}, {EOS_ID: 1.0}), SRC, beam_size=2, nbest=3)
+
+
+def test_beam_size_one_equals_greedy_and_batching_is_invisible():
+    model = tiny_model(seed=3, vocab=40)
+    torch.manual_seed(1)
+    src = torch.randint(4, 40, (4, 9))
+    src[:, -1] = EOS_ID
+    src[1, 5:] = PAD_ID
+    src[1, 4] = EOS_ID
+    greedy = greedy_search(model, src, max_len_a=1.0, max_len_b=5)
+    beam = beam_search(model, src, beam_size=1, alpha=0.0, max_len_a=1.0, max_len_b=5)
+    assert [g.tokens for g in greedy] == [b[0].tokens for b in beam]
+    for g, b in zip(greedy, beam):
+        assert g.log_prob == pytest.approx(b[0].log_prob, abs=1e-4)
+    batched = beam_search(model, src, beam_size=4, max_len_a=1.0, max_len_b=5, nbest=2)
+    for i in range(4):
+        alone = beam_search(model, src[i: i + 1], beam_size=4, max_len_a=1.0, max_len_b=5, nbest=2)[0]
+        assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
+        assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-4)
+
+
+def test_hypothesis_scores_are_consistent():
+    model = tiny_model(seed=4, vocab=40)
+    src = torch.tensor([[5, 6, 7, 8, EOS_ID]])
+    for h in beam_search(model, src, beam_size=4, alpha=0.6, nbest=3)[0]:
+        assert sum(h.token_log_probs) == pytest.approx(h.log_prob, abs=1e-4)
+        assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens), 0.6, 5.0), abs=1e-4)

@@ -1,0 +1,63 @@
+"""Label-smoothed loss and learning-rate schedules against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attnmt.train.losses import label_smoothed_nll_loss, label_smoothed_nll_loss_reference
+from attnmt.train.schedules import constant_lr, inverse_sqrt_lr, learning_rate, noam_lr
+
+
+def test_label_smoothed_loss_hand_computed():
+    logits = torch.tensor([[0.0, math.log(2.0), math.log(5.0)], [1.0, 1.0, 1.0]])
+    target = torch.tensor([2, 0])
+    eps = 0.1
+    # Row 0: p = (1, 2, 5) / 8; row 1: uniform 1/3. The pad id 0 is ignored below.
+    lp0 = [math.log(1 / 8), math.log(2 / 8), math.log(5 / 8)]
+    lp1 = [math.log(1 / 3)] * 3
+    expected_nll = -lp0[2] - lp1[0]
+    expected = sum((1 - eps) * -lp[y] + eps * -sum(lp) / 3 for lp, y in ((lp0, 2), (lp1, 0)))
+    loss, nll = label_smoothed_nll_loss(logits, target, eps, ignore_index=-100)
+    assert nll.item() == pytest.approx(expected_nll, abs=1e-5)
+    assert loss.item() == pytest.approx(expected, abs=1e-5)
+    loss_pad, nll_pad = label_smoothed_nll_loss(logits, target, eps, ignore_index=0)  # row 1 is padding
+    assert nll_pad.item() == pytest.approx(-lp0[2], abs=1e-5)
+    assert loss_pad.item() == pytest.approx((1 - eps) * -lp0[2] + eps * -sum(lp0) / 3, abs=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fast_gradient_equals_autograd_reference(dtype):
+    torch.manual_seed(0)
+    logits = torch.randn(2500, 37).to(dtype)  # more rows than one chunk
+    target = torch.randint(0, 37, (2500,))
+    target[::7] = 0
+    a = logits.clone().requires_grad_()
+    b = logits.clone().requires_grad_()
+    la, na = label_smoothed_nll_loss(a, target, 0.1, 0)
+    lb, nb = label_smoothed_nll_loss_reference(b, target, 0.1, 0)
+    (la + 0.5 * na).backward()
+    (lb + 0.5 * nb).backward()
+    assert la.item() == pytest.approx(lb.item(), rel=1e-5)
+    assert na.item() == pytest.approx(nb.item(), rel=1e-5)
+    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    assert torch.allclose(a.grad.float(), b.grad.float(), atol=tol)
+    assert torch.all(a.grad[::7] == 0)
+
+
+def test_noam_schedule_values():
+    d, warmup = 512, 4000
+    assert noam_lr(1, d, warmup) == pytest.approx(512 ** -0.5 * 4000 ** -1.5)
+    assert noam_lr(4000, d, warmup) == pytest.approx(512 ** -0.5 * 4000 ** -0.5)  # the peak
+    assert noam_lr(16000, d, warmup, factor=2.0) == pytest.approx(2 * 512 ** -0.5 / 126.491106, rel=1e-6)
+    assert noam_lr(3999, d, warmup) < noam_lr(4000, d, warmup) > noam_lr(4001, d, warmup)
+
+
+def test_constant_and_inverse_sqrt():
+    assert constant_lr(5, 1e-3, warmup_steps=10) == pytest.approx(5e-4)
+    assert constant_lr(50, 1e-3, warmup_steps=10) == 1e-3
+    assert inverse_sqrt_lr(100, 1e-3, 400) == pytest.approx(2.5e-4)
+    assert inverse_sqrt_lr(1600, 1e-3, 400) == pytest.approx(5e-4)
+    assert learning_rate("noam", 10, d_model=256, lr=1.0, lr_factor=1.0, warmup_steps=100) == noam_lr(10, 256, 100)
