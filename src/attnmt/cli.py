@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import time
 from pathlib import Path
@@ -18,6 +19,10 @@ from pathlib import Path
 from attnmt.errors import AttnmtError
 
 log = logging.getLogger("attnmt")
+
+# The decoder layer whose head-averaged source attention aligned words best on the Multi30k
+# German->English preset (see README, "Looking inside").
+DEFAULT_ATTENTION_LAYER = 2
 
 
 def _read_input(path: str | None) -> list[str]:
@@ -73,10 +78,108 @@ def cmd_translate(args: argparse.Namespace) -> int:
     tr = _translator(args)
     lines = _read_input(args.input)
     t0 = time.perf_counter()
-    results = tr.translate(lines, beam_size=args.beam_size, batch_size=args.batch_size,
-                           length_penalty=args.length_penalty)
+    beam_size = args.beam_size or max(tr.config.decode.beam_size, args.nbest)
+    results = tr.translate(lines, beam_size=beam_size, batch_size=args.batch_size,
+                           length_penalty=args.length_penalty, nbest=args.nbest)
     log.info("translated %d lines in %.2f s", len(lines), time.perf_counter() - t0)
-    _write_output(args.output, [r.text for r in results])
+    _write_output(args.output, format_translations(results, args.format, args.scores, args.nbest))
+    return 0
+
+
+def format_translations(results, fmt: str, scores: bool, nbest: int) -> list[str]:
+    """Output lines for ``translate``.
+
+    text, plain: one translation a line. text with ``--scores`` or ``--nbest``: one line per
+    hypothesis, ``ID ||| TRANSLATION ||| SCORE ||| LOG_PROB`` (ID = 0-based input line; SCORE =
+    length-penalised; LOG_PROB = sum of token log-probabilities), with ``--scores`` a fifth field
+    ``||| piece=prob piece=prob ...`` (each output subword, '</s>' last, with its probability).
+    jsonl: one object per input line, {"id", "hypotheses": [{"text", "score", "log_prob",
+    "tokens", "token_probs"}]}.
+    """
+    if fmt == "jsonl":
+        return [json.dumps({"id": i, "hypotheses": [
+            {"text": h.text, "score": h.score, "log_prob": h.log_prob, "tokens": h.pieces,
+             "token_probs": [math.exp(lp) for lp in h.token_log_probs]} for h in r.hypotheses]},
+            ensure_ascii=False) for i, r in enumerate(results)]
+    if not scores and nbest == 1:
+        return [r.text for r in results]
+    lines = []
+    for i, r in enumerate(results):
+        for h in r.hypotheses:
+            line = f"{i} ||| {h.text} ||| {h.score:.6f} ||| {h.log_prob:.6f}"
+            if scores:
+                line += " ||| " + " ".join(f"{p}={math.exp(lp):.6f}" for p, lp in zip(h.pieces, h.token_log_probs))
+            lines.append(line)
+    return lines
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from attnmt.data.corpus import read_parallel
+
+    src, tgt = read_parallel(args.src, args.tgt)
+    tr = _translator(args)
+    results = tr.score(src, tgt, batch_size=args.batch_size)
+    total_lp = sum(r.log_prob for r in results)
+    total_tokens = sum(len(r.token_ids) for r in results)
+    corpus_ppl = math.exp(-total_lp / max(total_tokens, 1))
+    if args.format == "jsonl":
+        lines = [json.dumps({"id": i, "log_prob": r.log_prob, "tokens": len(r.token_ids),
+                             "perplexity": math.exp(-r.log_prob / len(r.token_ids))}) for i, r in enumerate(results)]
+        lines.append(json.dumps({"corpus": True, "log_prob": total_lp, "tokens": total_tokens, "perplexity": corpus_ppl}))
+    else:
+        lines = [f"{i}\t{r.log_prob:.6f}\t{len(r.token_ids)}\t{math.exp(-r.log_prob / len(r.token_ids)):.4f}"
+                 for i, r in enumerate(results)]
+        lines.append(f"corpus\t{total_lp:.6f}\t{total_tokens}\t{corpus_ppl:.4f}")
+    _write_output(args.output, lines)
+    return 0
+
+
+def cmd_plot_attention(args: argparse.Namespace) -> int:
+    from attnmt.visualize import plot_attention
+
+    if (args.sentence is None) == (args.input is None):
+        raise AttnmtError("give either a SENTENCE or --input FILE")
+    sentences = [args.sentence] if args.sentence is not None else [s for s in _read_input(args.input) if s.strip()]
+    tr = _translator(args)
+    num_layers = tr.config.model.num_decoder_layers if args.self_attention != "encoder" else tr.config.model.num_encoder_layers
+    layer = args.layer if args.layer is not None else min(DEFAULT_ATTENTION_LAYER, num_layers)
+    if not 1 <= layer <= num_layers:
+        raise AttnmtError(f"--layer must be between 1 and {num_layers}")
+    output = Path(args.output)
+    if args.input is not None:
+        output.mkdir(parents=True, exist_ok=True)
+    results = tr.translate(sentences, beam_size=args.beam_size, batch_size=args.batch_size)
+    for n, (sentence, result) in enumerate(zip(sentences, results), start=1):
+        hyp = result.hypotheses[0]
+        src_ids = tr.encode_sources([sentence])[0]
+        weights = tr.attention(src_ids, hyp.token_ids)[args.self_attention or "source"][layer - 1]  # (H, ., .)
+        kind = {"encoder": "encoder self-attention", "decoder": "decoder self-attention"}.get(
+            args.self_attention, "encoder-decoder attention")
+        if args.self_attention == "encoder":
+            x_labels = y_labels = result.src_pieces
+        elif args.self_attention == "decoder":
+            x_labels = ["<s>"] + hyp.pieces[:-1]
+            y_labels = hyp.pieces
+        else:
+            x_labels, y_labels = result.src_pieces, hyp.pieces
+        path = output / f"attention_{n:03d}.png" if args.input is not None else output
+        plot_attention(weights, x_labels, y_labels, path,
+                       f"{sentence}\n-> {hyp.text}\n{kind}, layer {layer} of {num_layers}",
+                       x_name="source" if args.self_attention != "decoder" else "output prefix",
+                       y_name="output" if args.self_attention != "encoder" else "source")
+        log.info("wrote %s", path)
+    return 0
+
+
+def cmd_plot_training(args: argparse.Namespace) -> int:
+    from attnmt.visualize import plot_training
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "train_log.jsonl").is_file():
+        raise AttnmtError(f"{run_dir / 'train_log.jsonl'}: no such file; is {run_dir} a run directory?")
+    output = args.output or str(run_dir / "training.png")
+    plot_training(run_dir, output)
+    log.info("wrote %s", output)
     return 0
 
 
@@ -138,7 +241,33 @@ def build_parser() -> argparse.ArgumentParser:
     _add_decode_options(p)
     p.add_argument("--input", help="input file (plain or .gz); default stdin")
     p.add_argument("--output", help="output file; default stdout")
+    p.add_argument("--nbest", type=int, default=1, help="hypotheses per sentence (<= beam size)")
+    p.add_argument("--scores", action="store_true", help="print scores and each token's probability")
+    p.add_argument("--format", choices=["text", "jsonl"], default="text", help="output format")
     p.set_defaults(func=cmd_translate)
+
+    p = sub.add_parser("score", help="log-probability and perplexity of given translations (forced decoding)")
+    _add_decode_options(p)
+    p.add_argument("--src", required=True, help="source file")
+    p.add_argument("--tgt", required=True, help="translations to score, line-aligned with --src")
+    p.add_argument("--output", help="output file; default stdout")
+    p.add_argument("--format", choices=["text", "jsonl"], default="text",
+                   help="text: 'ID<TAB>LOG_PROB<TAB>TOKENS<TAB>PPL' per line, then a 'corpus' line")
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("plot-attention", help="draw attention heatmaps of translations")
+    _add_decode_options(p)
+    p.add_argument("sentence", nargs="?", help="a source sentence")
+    p.add_argument("--input", help="a file of source sentences (then --output is a folder)")
+    p.add_argument("--output", required=True, help="PNG file, or folder with --input")
+    p.add_argument("--layer", type=int, help=f"layer, 1-based (default {DEFAULT_ATTENTION_LAYER})")
+    p.add_argument("--self-attention", choices=["encoder", "decoder"], help="draw self-attention instead")
+    p.set_defaults(func=cmd_plot_attention)
+
+    p = sub.add_parser("plot-training", help="draw a run's training curves")
+    p.add_argument("run_dir", help="run directory (with train_log.jsonl)")
+    p.add_argument("--output", help="PNG file (default RUN_DIR/training.png)")
+    p.set_defaults(func=cmd_plot_training)
 
     p = sub.add_parser("evaluate", help="BLEU and chrF (sacreBLEU) of a model on a test set")
     _add_decode_options(p)

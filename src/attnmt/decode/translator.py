@@ -216,8 +216,11 @@ class Translator:
         return results  # type: ignore[return-value]
 
     @torch.no_grad()
-    def source_attention(self, src_ids: list[int], out_ids: list[int]) -> torch.Tensor:
-        """Encoder-decoder attention of a forced output: float32 (L, H, T, S).
+    def attention(self, src_ids: list[int], out_ids: list[int]) -> dict[str, torch.Tensor]:
+        """All attention weights of a forced output, float32, one tensor per kind:
+
+        'source': encoder-decoder attention (L, H, T, S); 'encoder': encoder self-attention
+        (L, H, S, S); 'decoder': decoder self-attention (L, H, T, T).
 
         Args:
             src_ids: source ids ending with EOS (S of them).
@@ -226,6 +229,42 @@ class Translator:
         """
         src = torch.tensor([src_ids])  # (1, S)
         tgt_in = torch.tensor([[BOS_ID] + out_ids[:-1]]) if out_ids else torch.tensor([[BOS_ID]])  # (1, T)
-        memory, src_mask, _ = self.model.encode(src)
+        memory, src_mask, enc_w = self.model.encode(src, need_weights=True)
         out = self.model.decode(tgt_in, memory, src_mask, need_weights=True)
-        return torch.stack([w[0].float() for w in out.source_attention])  # (L, H, T, S)
+        stack = lambda ws: torch.stack([w[0].float() for w in ws])  # noqa: E731  (L, H, ., .)
+        return {"source": stack(out.source_attention), "encoder": stack(enc_w), "decoder": stack(out.self_attention)}
+
+    def source_attention(self, src_ids: list[int], out_ids: list[int]) -> torch.Tensor:
+        """Encoder-decoder attention of a forced output: float32 (L, H, T, S) (see :meth:`attention`)."""
+        return self.attention(src_ids, out_ids)["source"]
+
+    @torch.no_grad()
+    def score(self, sources: list[str], targets: list[str], batch_size: int | None = None) -> list[ScoredHypothesis]:
+        """Forced decoding: the log-probability of given translations under the model.
+
+        Args:
+            sources, targets: raw sentences, pairwise (an empty target scores only its EOS).
+            batch_size: sentences per forward pass; default from the decode config.
+        Returns:
+            One :class:`ScoredHypothesis` per pair: ``token_ids`` are the target ids + EOS,
+            ``token_log_probs`` their natural-log probabilities, ``log_prob`` = ``score`` = their sum.
+        Raises:
+            ValueError: different numbers of sources and targets.
+        """
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+        batch_size = batch_size or self.config.decode.batch_size
+        src_ids = self.encode_sources(sources)
+        tgt_ids = [t + [EOS_ID] for t in self.tgt_tokenizer.encode_batch(targets)]
+        results: list[ScoredHypothesis | None] = [None] * len(sources)
+        for start in range(0, len(sources), batch_size):
+            idx = list(range(start, min(start + batch_size, len(sources))))
+            src = pad_sequences([src_ids[i] for i in idx])  # (B, S)
+            tgt_in = pad_sequences([[BOS_ID] + tgt_ids[i][:-1] for i in idx])  # (B, T)
+            memory, src_mask, _ = self.model.encode(src)
+            logp = torch.log_softmax(self.model.decode(tgt_in, memory, src_mask).logits.float(), dim=-1)  # (B, T, V)
+            for row, i in enumerate(idx):
+                ids = tgt_ids[i]
+                lps = logp[row, torch.arange(len(ids)), torch.tensor(ids)].tolist()
+                results[i] = self._hypothesis(Hypothesis(ids, lps, sum(lps), sum(lps)))
+        return results  # type: ignore[return-value]

@@ -1,0 +1,116 @@
+"""Pictures of a model: attention heatmaps and training curves, drawn with matplotlib.
+
+Figures are made with ``matplotlib.figure.Figure`` and the Agg canvas directly, never through
+``pyplot``, so importing or calling this module changes no global matplotlib state and needs
+no display. Subword labels are drawn with DejaVu Sans (bundled with matplotlib), which covers
+Latin, Greek and Cyrillic text.
+
+Shapes: H heads, T output length, S source length.
+
+Library: matplotlib.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _heatmap(ax, weights: torch.Tensor, x_labels: list[str], y_labels: list[str], title: str, fontsize: float):
+    image = ax.imshow(weights.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(x_labels)))
+    ax.set_xticklabels(x_labels, rotation=60, ha="right", fontsize=fontsize)
+    ax.set_yticks(range(len(y_labels)))
+    ax.set_yticklabels(y_labels, fontsize=fontsize)
+    ax.set_title(title, fontsize=fontsize + 2)
+    return image
+
+
+def plot_attention(weights: torch.Tensor, x_labels: list[str], y_labels: list[str], path: str | Path,
+                   title: str, x_name: str = "source", y_name: str = "output") -> None:
+    """Draw one layer's attention: the head average large, then each head in a grid.
+
+    Args:
+        weights: (H, T, S) float attention of one layer; row t sums to 1 over the S keys.
+        x_labels: S key labels (source subwords); y_labels: T query labels (output subwords).
+        path: PNG file to write.
+        title: figure title (the sentence and the layer).
+    Raises:
+        ValueError: label counts that do not match the weights.
+    """
+    heads, rows, cols = weights.shape
+    if len(x_labels) != cols or len(y_labels) != rows:
+        raise ValueError(f"weights are {rows}x{cols} but there are {len(y_labels)}x{len(x_labels)} labels")
+    weights = weights.float().cpu()
+    grid_cols = min(4, heads)
+    grid_rows = math.ceil(heads / grid_cols)
+    cell = max(0.28, min(0.45, 9.0 / max(rows, cols)))
+    panel_w, panel_h = max(3.0, cols * cell * 0.55), max(2.6, rows * cell * 0.55)
+    avg_w, avg_h = max(5.0, cols * cell + 2.0), max(4.0, rows * cell + 1.5)
+    width = max(avg_w, grid_cols * panel_w) + 1.5
+    height = avg_h + grid_rows * panel_h + 1.5
+    fig = _figure(width, height)
+    outer = fig.add_gridspec(2, 1, height_ratios=[avg_h, grid_rows * panel_h], hspace=0.35)
+    ax = fig.add_subplot(outer[0])
+    image = _heatmap(ax, weights.mean(dim=0), x_labels, y_labels, "average of heads", 9)
+    ax.set_xlabel(x_name)
+    ax.set_ylabel(y_name)
+    fig.colorbar(image, ax=ax, fraction=0.03, pad=0.02, label="attention weight")
+    inner = outer[1].subgridspec(grid_rows, grid_cols, hspace=0.9, wspace=0.5)
+    for h in range(heads):
+        _heatmap(fig.add_subplot(inner[h // grid_cols, h % grid_cols]), weights[h], x_labels, y_labels,
+                 f"head {h + 1}", 6)
+    fig.suptitle(title, fontsize=11)
+    fig.savefig(str(path), bbox_inches="tight")
+
+
+def read_training_log(run_dir: str | Path) -> list[dict]:
+    """The records of a run's ``train_log.jsonl``.
+
+    Raises:
+        FileNotFoundError: the run directory has no training log.
+    """
+    path = Path(run_dir) / "train_log.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def plot_training(run_dir: str | Path, path: str | Path) -> None:
+    """Draw training loss, learning rate, validation perplexity and BLEU against updates.
+
+    Raises:
+        FileNotFoundError: no ``train_log.jsonl`` in ``run_dir``.
+    """
+    records = read_training_log(run_dir)
+    train = [r for r in records if r["kind"] == "train"]
+    valid = [r for r in records if r["kind"] == "valid" and r.get("valid_ppl") is not None]
+    fig = _figure(11, 7)
+    panels = [
+        ("training loss (label-smoothed, per token)", train, "loss"),
+        ("learning rate", train, "lr"),
+        ("validation perplexity", valid, "valid_ppl"),
+        ("validation BLEU (greedy)", valid, "valid_bleu"),
+    ]
+    for i, (title, rows, key) in enumerate(panels):
+        ax = fig.add_subplot(2, 2, i + 1)
+        points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+        if points:
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o" if rows is valid else None,
+                    markersize=3)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("update")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"training of {Path(run_dir).name}", fontsize=12)
+    fig.tight_layout()
+    fig.savefig(str(path))
