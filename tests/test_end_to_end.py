@@ -4,6 +4,7 @@ the run directory, translation through Python and the CLI, resume, and one-line 
 from __future__ import annotations
 
 import json
+import math
 import random
 import subprocess
 import sys
@@ -20,7 +21,8 @@ WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel
 
 
 def _sentences(rng, n):
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 7))) for _ in range(n)]
+    # Distinct words in a sentence, so that each output word has one source counterpart.
+    return [" ".join(rng.sample(WORDS, rng.randint(2, 7))) for _ in range(n)]
 
 
 def _config(tmp_path, max_steps):
@@ -32,7 +34,7 @@ def _config(tmp_path, max_steps):
     return {
         "data": {"train_src": str(tmp_path / "train.src"), "train_tgt": str(tmp_path / "train.tgt"),
                  "valid_src": str(tmp_path / "valid.src"), "valid_tgt": str(tmp_path / "valid.tgt")},
-        "tokenizer": {"vocab_size": 40, "model_type": "bpe"},
+        "tokenizer": {"vocab_size": 120, "model_type": "bpe"},
         "model": {"d_model": 64, "num_heads": 4, "d_ff": 128, "num_encoder_layers": 2, "num_decoder_layers": 2,
                   "dropout": 0.0, "share_embeddings": True},
         "train": {"batch_tokens": 1500, "schedule": "inverse_sqrt", "lr": 3e-3, "warmup_steps": 50,
@@ -121,3 +123,87 @@ def test_training_into_an_existing_run_is_refused(copy_run):
     run_dir, _, _ = copy_run
     proc = _cli("train", str(run_dir / "config.yaml"), "--output", str(run_dir))
     assert proc.returncode == 2 and "--resume" in proc.stderr
+
+
+# --- looking inside the model (attention, token probabilities, forced decoding) ---------------
+
+
+def test_copy_model_attention_is_diagonal(copy_run):
+    """Copying aligns output subword t with source subword t; some attention map of the trained
+    model (a head, or a layer's head average) must show that alignment for >= 90% of tokens."""
+    run_dir, _, _ = copy_run
+    tr = Translator.from_dir(run_dir)
+    sentences = _sentences(random.Random(5), 10)
+    results = [r for r in tr.translate(sentences, beam_size=4, return_attention=True)
+               if r.hypotheses[0].pieces == r.src_pieces]
+    assert len(results) >= 8
+    layers, heads = results[0].attention.shape[:2]
+    assert all(r.attention.shape == (layers, heads, len(r.src_pieces), len(r.src_pieces)) for r in results)
+    fractions = {}
+    for layer in range(layers):
+        for head in list(range(heads)) + ["avg"]:
+            hits = total = 0
+            for r in results:
+                w = r.attention[layer].mean(dim=0) if head == "avg" else r.attention[layer, head]  # (T, S)
+                hits += int((w.argmax(dim=-1) == torch.arange(w.size(0))).sum())
+                total += w.size(0)
+            fractions[(layer + 1, head)] = hits / total
+    assert max(fractions.values()) >= 0.9, fractions
+
+
+def test_token_probabilities_sum_to_the_score(copy_run):
+    run_dir, _, _ = copy_run
+    proc = _cli("translate", "--model", str(run_dir), "--beam-size", "4", "--nbest", "3", "--scores",
+                "--format", "jsonl", stdin="alpha bravo charlie\nkilo\n")
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["id"] for r in rows] == [0, 1] and all(len(r["hypotheses"]) == 3 for r in rows)
+    for r in rows:
+        scores = [h["score"] for h in r["hypotheses"]]
+        assert scores == sorted(scores, reverse=True)
+        for h in r["hypotheses"]:
+            assert h["tokens"][-1] == "</s>" and len(h["tokens"]) == len(h["token_probs"])
+            log_prob = sum(math.log(p) for p in h["token_probs"])
+            assert log_prob == pytest.approx(h["log_prob"], abs=1e-4)
+            lp = ((5 + len(h["tokens"])) / 6) ** 0.6
+            assert h["score"] == pytest.approx(h["log_prob"] / lp, abs=1e-4)
+    text = _cli("translate", "--model", str(run_dir), "--scores", stdin="alpha bravo\n")
+    fields = text.stdout.strip().split(" ||| ")
+    assert fields[0] == "0" and fields[1] == "alpha bravo" and len(fields) == 5
+    probs = [float(tok.rsplit("=", 1)[1]) for tok in fields[4].split()]
+    assert sum(math.log(p) for p in probs) == pytest.approx(float(fields[3]), abs=1e-4)
+
+
+def test_forced_decoding_reproduces_the_search_log_prob(copy_run, tmp_path):
+    run_dir, _, _ = copy_run
+    tr = Translator.from_dir(run_dir)
+    sources = _sentences(random.Random(7), 8)
+    found = tr.translate(sources, beam_size=1)
+    scored = tr.score(sources, [t.text for t in found])
+    for f, s in zip(found, scored):
+        assert s.token_ids == f.hypotheses[0].token_ids
+        assert s.log_prob == pytest.approx(f.hypotheses[0].log_prob, abs=1e-4)
+    (tmp_path / "src").write_text("\n".join(sources) + "\n")
+    (tmp_path / "tgt").write_text("\n".join(t.text for t in found) + "\n")
+    proc = _cli("score", "--model", str(run_dir), "--src", str(tmp_path / "src"), "--tgt", str(tmp_path / "tgt"))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == len(sources) + 1 and lines[-1].startswith("corpus\t")
+    for line, f in zip(lines, found):
+        assert float(line.split("\t")[1]) == pytest.approx(f.hypotheses[0].log_prob, abs=1e-4)
+    total_lp = sum(f.hypotheses[0].log_prob for f in found)
+    total_tokens = sum(len(f.hypotheses[0].token_ids) for f in found)
+    assert float(lines[-1].split("\t")[3]) == pytest.approx(math.exp(-total_lp / total_tokens), rel=1e-3)
+
+
+def test_plots_are_written(copy_run, tmp_path):
+    run_dir, _, _ = copy_run
+    for extra in ([], ["--self-attention", "encoder"], ["--self-attention", "decoder"]):
+        out = tmp_path / f"att{len(extra)}{extra[-1] if extra else ''}.png"
+        proc = _cli("plot-attention", "--model", str(run_dir), "alpha bravo charlie", "--output", str(out), *extra)
+        assert proc.returncode == 0, proc.stderr
+        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    proc = _cli("plot-attention", "--model", str(run_dir), "alpha", "--output", str(tmp_path / "x.png"), "--layer", "9")
+    assert proc.returncode == 2 and "--layer" in proc.stderr
+    proc = _cli("plot-training", str(run_dir), "--output", str(tmp_path / "curves.png"))
+    assert proc.returncode == 0 and (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
