@@ -1,4 +1,4 @@
-"""The ``attnmt`` command line: train, translate, evaluate.
+"""The ``attnmt`` command line: train, translate, evaluate, score, plot-attention, plot-training.
 
 User mistakes (bad configuration, missing or malformed files) print one line to stderr,
 ``attnmt: error: ...``, and exit with status 2; no traceback.
@@ -26,19 +26,10 @@ DEFAULT_ATTENTION_LAYER = 2
 
 
 def _read_input(path: str | None) -> list[str]:
-    from attnmt.data.corpus import read_lines
+    from attnmt.data.corpus import decode_lines, read_lines
 
     if path is None or path == "-":
-        data = sys.stdin.buffer.read()
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            line = data[: e.start].count(b"\n") + 1
-            raise AttnmtError(f"<stdin>:{line}: invalid UTF-8") from None
-        lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        return [ln.rstrip("\r") for ln in lines]
+        return decode_lines(sys.stdin.buffer.read(), "<stdin>")
     return read_lines(path)
 
 
@@ -62,8 +53,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _translator(args: argparse.Namespace):
+    import torch
+
     from attnmt.decode.translator import Translator
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     tr = Translator.from_dir(args.model, weights=args.weights)
     if args.precision:
         tr.set_precision(args.precision)
@@ -71,10 +66,6 @@ def _translator(args: argparse.Namespace):
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
-    import torch
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
     tr = _translator(args)
     lines = _read_input(args.input)
     t0 = time.perf_counter()
@@ -184,13 +175,9 @@ def cmd_plot_training(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    import torch
-
     from attnmt.data.corpus import read_parallel
     from attnmt.evaluate import corpus_scores
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     src, ref = read_parallel(args.src, args.ref)
     tr = _translator(args)
     t0 = time.perf_counter()

@@ -45,6 +45,15 @@ def read_lines(path: str | Path) -> list[str]:
             data = gzip.decompress(data)
         except (OSError, EOFError) as e:
             raise DataError(f"{path}: corrupt gzip file: {e}") from None
+    return decode_lines(data, str(path))
+
+
+def decode_lines(data: bytes, name: str) -> list[str]:
+    """Split UTF-8 bytes into lines (no newlines; a final newline does not add an empty line).
+
+    Raises:
+        DataError: a line is not valid UTF-8 (``name:line``).
+    """
     raw_lines = data.split(b"\n")
     if raw_lines and raw_lines[-1] == b"":
         raw_lines.pop()
@@ -53,7 +62,7 @@ def read_lines(path: str | Path) -> list[str]:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise DataError(f"{path}:{number}: invalid UTF-8 at byte {e.start} of the line") from None
+            raise DataError(f"{name}:{number}: invalid UTF-8 at byte {e.start} of the line") from None
         lines.append(text.rstrip("\r"))
     return lines
 

@@ -73,14 +73,27 @@ def autocast(precision: str):
 
 
 class _Log:
-    """Append-only JSON-lines metrics file (one object per line)."""
+    """Metrics: an append-only JSON-lines file (one object per line) and, when the
+    ``tensorboard`` package is installed, the same numbers as TensorBoard scalars
+    (``RUN_DIR/tensorboard``, tags ``train/loss``, ``valid/valid_bleu``, ...)."""
 
     def __init__(self, path: Path):
         self.path = path
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:  # tensorboard is optional
+            self.tensorboard = None
+        else:
+            self.tensorboard = SummaryWriter(log_dir=str(path.parent / "tensorboard"))
 
     def write(self, **record) -> None:
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
+        if self.tensorboard is not None and "step" in record:
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step":
+                    self.tensorboard.add_scalar(f"{record['kind']}/{key}", value, record["step"])
+            self.tensorboard.flush()
 
 
 def _prepare_tokenizers(config: Config, run_dir: Path, src_lines: list[str], tgt_lines: list[str],
