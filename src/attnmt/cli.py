@@ -140,24 +140,22 @@ def cmd_plot_attention(args: argparse.Namespace) -> int:
     if args.input is not None:
         output.mkdir(parents=True, exist_ok=True)
     results = tr.translate(sentences, beam_size=args.beam_size, batch_size=args.batch_size)
-    for n, (sentence, result) in enumerate(zip(sentences, results), start=1):
+    kind = args.self_attention or "source"
+    title = {"source": "encoder-decoder attention", "encoder": "encoder self-attention",
+             "decoder": "decoder self-attention"}[kind]
+    for n, (sentence, src_ids, result) in enumerate(zip(sentences, tr.encode_sources(sentences), results), start=1):
         hyp = result.hypotheses[0]
-        src_ids = tr.encode_sources([sentence])[0]
-        weights = tr.attention(src_ids, hyp.token_ids)[args.self_attention or "source"][layer - 1]  # (H, ., .)
-        kind = {"encoder": "encoder self-attention", "decoder": "decoder self-attention"}.get(
-            args.self_attention, "encoder-decoder attention")
-        if args.self_attention == "encoder":
-            x_labels = y_labels = result.src_pieces
-        elif args.self_attention == "decoder":
-            x_labels = ["<s>"] + hyp.pieces[:-1]
-            y_labels = hyp.pieces
-        else:
-            x_labels, y_labels = result.src_pieces, hyp.pieces
+        weights = tr.attention(src_ids, hyp.token_ids)[kind][layer - 1]  # (H, rows, columns)
+        # (column labels, row labels, column axis name, row axis name) of each kind of attention
+        x_labels, y_labels, x_name, y_name = {
+            "source": (result.src_pieces, hyp.pieces, "source", "output"),
+            "encoder": (result.src_pieces, result.src_pieces, "source", "source"),
+            "decoder": (["<s>"] + hyp.pieces[:-1], hyp.pieces, "output prefix", "output"),
+        }[kind]
         path = output / f"attention_{n:03d}.png" if args.input is not None else output
         plot_attention(weights, x_labels, y_labels, path,
-                       f"{sentence}\n-> {hyp.text}\n{kind}, layer {layer} of {num_layers}",
-                       x_name="source" if args.self_attention != "decoder" else "output prefix",
-                       y_name="output" if args.self_attention != "encoder" else "source")
+                       f"{sentence}\n-> {hyp.text}\n{title}, layer {layer} of {num_layers}",
+                       x_name=x_name, y_name=y_name)
         log.info("wrote %s", path)
     return 0
 
