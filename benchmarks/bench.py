@@ -12,11 +12,14 @@ What it measures (see RESULTS.md, which this script rewrites):
    are combined as total tokens / total time (the harmonic mean of the window rates, windows
    holding about the same number of tokens). Model FLOP utilisation = rate x analytic model
    FLOPs per target token / measured matmul GFLOP/s.
-3. Translation of test_2016_flickr de->en, beam 5, raw text to raw text: each toolkit with the
-   model it trained in the last round (attnmt fp32 and bf16, JoeyNMT, OpenNMT-py, CTranslate2
-   float32 and int8 on the converted OpenNMT-py model) and attnmt with a fully trained model
-   (``--attnmt-model``), each with its decode seconds as the toolkit reports them, the
-   whole-process seconds, sacreBLEU and the peak resident memory.
+3. Translation of test_2016_flickr de->en, beam 5, raw text to raw text. attnmt (bf16 autocast)
+   and OpenNMT-py first train a model each for ``--decode-updates`` updates (untimed), so that
+   the comparison is between models of the same size and quality; attnmt translates with its
+   model in fp32, bf16 and int8, OpenNMT-py with its model, and CTranslate2 float32 and int8
+   with the converted OpenNMT-py model. JoeyNMT translates with its last timed-round model, and
+   attnmt with a fully trained model if ``--attnmt-model`` names one. Each row has the decode
+   seconds as the toolkit reports them, the whole-process seconds, sacreBLEU and the peak
+   resident memory.
 4. Peak resident memory of every run: the summed VmRSS of the process tree, polled every 0.1 s.
 
 Runs under attnmt's own virtual environment (it uses torch, sentencepiece and sacrebleu from
@@ -46,7 +49,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-TOOLKITS = ("attnmt", "joeynmt", "onmt")
+TOOLKITS = ("attnmt", "attnmt-bf16", "joeynmt", "onmt")
 MAX_OUTPUT = 100  # OpenNMT-py/CTranslate2 output cap (subwords); attnmt: 1.5 S + 10, JoeyNMT: 1.5 S
 LABEL = {"attnmt": "attnmt", "attnmt-bf16": "attnmt (bf16 autocast)", "joeynmt": "JoeyNMT 2.3.0",
          "onmt": "OpenNMT-py 3.5.1"}
@@ -179,6 +182,7 @@ class Setting:
     attnmt_model: Path | None
     toolkits: tuple[str, ...]
     decode: bool
+    decode_updates: int
     results: Path
     command: str
     env: dict = field(default_factory=dict)
@@ -191,9 +195,9 @@ class Setting:
     def runs(self) -> Path:
         return self.work / "runs"
 
-    def fill(self, template: str, dest: Path, **extra) -> Path:
+    def fill(self, template: str, dest: Path, updates: int | None = None, **extra) -> Path:
         text = string.Template((HERE / "configs" / template).read_text(encoding="utf-8")).substitute(
-            data=self.data, updates=self.updates, warmup=self.warmup, threads=self.threads,
+            data=self.data, updates=updates or self.updates, warmup=self.warmup, threads=self.threads,
             log_every=self.log_every, decode_batch=self.decode_batch, **extra)
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(text, encoding="utf-8")
@@ -312,8 +316,8 @@ def combine_windows(windows: list[tuple[int, float]], log_every: int) -> float |
     return len(rates) / sum(1 / r for r in rates) if rates else None
 
 
-def train_attnmt(s: Setting, out: Path, precision: str = "fp32") -> dict:
-    cfg = s.fill("attnmt.yaml", out.parent / f"{out.name}.yaml", precision=precision)
+def train_attnmt(s: Setting, out: Path, precision: str = "fp32", updates: int | None = None) -> dict:
+    cfg = s.fill("attnmt.yaml", out.parent / f"{out.name}.yaml", updates=updates, precision=precision)
     if out.exists():
         shutil.rmtree(out)
     p = run([str(ROOT / ".venv/bin/attnmt"), "train", str(cfg), "--output", str(out)], out.parent / f"{out.name}.log",
@@ -321,9 +325,11 @@ def train_attnmt(s: Setting, out: Path, precision: str = "fp32") -> dict:
     records = [json.loads(ln) for ln in (out / "train_log.jsonl").read_text(encoding="utf-8").splitlines()]
     windows = [(r["step"], r["tgt_tokens_per_s"]) for r in records if r["kind"] == "train"]
     done = next(r for r in records if r["kind"] == "done")
+    valid = [r for r in records if r["kind"] == "valid"]
     return {"windows": windows, "rate": combine_windows(windows, s.log_every), "process_s": p.seconds,
             "peak_rss": p.peak_rss, "other_cores": p.other_cores, "updates": done["steps"], "model": str(out),
-            "own_rate_excl_batching": done["tgt_tokens_per_second"]}
+            "own_rate_excl_batching": done["tgt_tokens_per_second"],
+            "valid_ppl": valid[-1]["valid_ppl"] if valid else None}
 
 
 def train_joeynmt(s: Setting, out: Path) -> dict:
@@ -339,11 +345,11 @@ def train_joeynmt(s: Setting, out: Path) -> dict:
             "config": str(cfg)}
 
 
-def train_onmt(s: Setting, out: Path) -> dict:
+def train_onmt(s: Setting, out: Path, updates: int | None = None) -> dict:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    cfg = s.fill("onmt.yaml", out.parent / f"{out.name}.yaml", model_dir=out)
+    cfg = s.fill("onmt.yaml", out.parent / f"{out.name}.yaml", updates=updates, model_dir=out)
     bin_dir = peer_venv(s.work.parent, "onmt") / "bin"
     p = run([str(bin_dir / "onmt_train"), "-config", str(cfg)], out.parent / f"{out.name}.log", env=s.env,
             nice=s.nice)
@@ -390,6 +396,17 @@ def _decode_record(name: str, model: str, p: Proc, decode_s: float, hyp: Path, s
     return rec
 
 
+def train_decode_models(s: Setting) -> dict:
+    """The models the translation table compares: attnmt (bf16 autocast, its fast training mode)
+    and OpenNMT-py (float32), each trained for ``--decode-updates`` updates in the shared setting."""
+    out = {}
+    print(f"[bench] training the translation models: {s.decode_updates} updates each (not timed)", flush=True)
+    out["attnmt"] = train_attnmt(s, s.runs / "attnmt-decode-model", precision="bf16", updates=s.decode_updates)
+    if "onmt" in s.toolkits:
+        out["onmt"] = train_onmt(s, s.runs / "onmt-decode-model", updates=s.decode_updates)
+    return out
+
+
 def decode_attnmt(s: Setting, model: Path, precision: str, label: str, model_label: str) -> dict:
     out = s.work / "decode" / f"{label}-{precision}"
     hyp = out.with_suffix(".hyp")
@@ -428,7 +445,7 @@ def decode_onmt(s: Setting, train_rec: dict) -> dict:
     else:
         m = re.search(r"Total translation time \(s\): ([\d.]+)", text)
         decode_s = float(m.group(1)) if m else float("nan")
-    return _decode_record("OpenNMT-py", f"{s.updates} updates", p, decode_s, hyp, s)
+    return _decode_record("OpenNMT-py", train_rec["label"], p, decode_s, hyp, s)
 
 
 def decode_ct2(s: Setting, train_rec: dict) -> tuple[list[dict], float]:
@@ -447,7 +464,7 @@ def decode_ct2(s: Setting, train_rec: dict) -> tuple[list[dict], float]:
                  "--compute-type", ctype, "--beam-size", "5", "--batch-size", str(s.decode_batch),
                  "--threads", str(s.threads), "--max-length", str(MAX_OUTPUT)], out.with_suffix(".log"), env=s.env, nice=s.nice, capture_stdout=True)
         info = json.loads(p.stdout.strip().splitlines()[-1])
-        records.append(_decode_record(f"CTranslate2 {ctype}", f"OpenNMT-py, {s.updates} updates", p,
+        records.append(_decode_record(f"CTranslate2 {ctype}", f"OpenNMT-py, {train_rec['label']}", p,
                                       info["decode_seconds"], hyp, s))
     return records, convert_s
 
@@ -540,35 +557,52 @@ def write_results(s: Setting, res: dict) -> None:
     ]
     if res.get("train"):
         att = res["train"].get("attnmt", {}).get("rate")
+        att16 = res["train"].get("attnmt-bf16", {}).get("rate")
         rounds_hdr = " | ".join(f"round {i + 1}" for i in range(s.rounds))
         lines += [
             f"## Training: {s.updates} updates per round, {s.rounds} rounds (order alternates), "
             "target tokens per second",
             "",
-            f"| toolkit | {rounds_hdr} | tgt tok/s | attnmt / this | MFU | peak RSS GiB | process s (last round) "
-            "| other CPU load |",
-            "| --- | " + " | ".join("---:" for _ in range(s.rounds)) + " | ---: | ---: | ---: | ---: | ---: | ---: |",
+            f"| toolkit | {rounds_hdr} | tgt tok/s | attnmt fp32 / this | attnmt bf16 / this | MFU | valid ppl | "
+            "peak RSS GiB | process s (last round) | other CPU load |",
+            "| --- | " + " | ".join("---:" for _ in range(s.rounds)) + " | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+            "| ---: |",
         ]
         for tk, t in res["train"].items():
             peak = probe["bf16"] if tk == "attnmt-bf16" else probe["fp32"]
             mfu = t["rate"] * fl["flops_per_tgt_token"] / (peak * 1e9) if t["rate"] else None
-            ratio = f"{att / t['rate']:.2f}" if att and t["rate"] else "–"
+            ratios = " | ".join(f"{a / t['rate']:.2f}" if a and t["rate"] else "–" for a in (att, att16))
+            ppl = t["last"].get("valid_ppl")
             per_round = " | ".join(fmt(r) for r in t["round_rates"])
-            lines.append(f"| {LABEL.get(tk, tk)} | {per_round} | **{fmt(t['rate'])}** | {ratio} | "
-                         f"{fmt(100 * mfu, 1) + '%' if mfu else '–'} | {gib(t['peak_rss'])} | {t['process_s']:.0f} | "
-                         f"{t.get('other_cores', 0.0):.2f} |")
+            lines.append(f"| {LABEL.get(tk, tk)} | {per_round} | **{fmt(t['rate'])}** | {ratios} | "
+                         f"{fmt(100 * mfu, 1) + '%' if mfu else '–'} | {fmt(ppl, 2) if ppl else '–'} | "
+                         f"{gib(t['peak_rss'])} | {t['process_s']:.0f} | {t.get('other_cores', 0.0):.2f} |")
+        p32 = res["train"].get("attnmt", {}).get("last", {}).get("valid_ppl")
+        p16 = res["train"].get("attnmt-bf16", {}).get("last", {}).get("valid_ppl")
         lines += [""]
+        if p32 and p16:
+            lines += [f"Validation perplexity (val split, 1014 sentences) after the last round's {s.updates} updates: "
+                      f"bf16 autocast {p16:.2f}, float32 {p32:.2f}, a difference of {100 * (p16 / p32 - 1):+.1f}%.",
+                      ""]
     if res.get("decode"):
         lines += [
             f"## Translation: test_2016_flickr de->en ({res['test_lines']} sentences), beam 5, raw text to raw text, "
             f"batches of {s.decode_batch} sentences",
             "",
-            "| system | model | decode s | process s | BLEU | peak RSS GiB | other CPU load |",
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+            "| system | model | decode s | / CTranslate2 float32 | process s | BLEU | peak RSS GiB | other CPU load |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
+        ct2 = next((d["decode_s"] for d in res["decode"] if d["system"] == "CTranslate2 float32"), None)
         for d in res["decode"]:
-            lines.append(f"| {d['system']} | {d['model']} | {d['decode_s']:.2f} | {d['process_s']:.1f} | "
+            rel = f"{d['decode_s'] / ct2:.2f}" if ct2 else "–"
+            lines.append(f"| {d['system']} | {d['model']} | {d['decode_s']:.2f} | {rel} | {d['process_s']:.1f} | "
                          f"{d['bleu']:.2f} | {gib(d['peak_rss'])} | {d.get('other_cores', 0.0):.2f} |")
+        for tk, r in res.get("decode_models", {}).items():
+            lines += ["",
+                      f"Translation model of {LABEL.get(tk, tk)}: {r['updates']} updates"
+                      + (" in bf16 autocast" if tk == "attnmt" else " in float32")
+                      + f", trained by the suite in {r['process_s'] / 60:.1f} min (peak RSS {gib(r['peak_rss'])} GiB)"
+                      + (f", validation perplexity {r['valid_ppl']:.2f}" if r.get("valid_ppl") else "") + "."]
         if res.get("ct2_convert_s") is not None:
             lines += ["", f"OpenNMT-py -> CTranslate2 conversion: {res['ct2_convert_s']:.1f} s (not in the table)."]
         sig = res["decode"][0]["bleu_signature"]
@@ -606,9 +640,11 @@ def write_results(s: Setting, res: dict) -> None:
         "Process seconds are the whole command, Python start-up and model loading included. Length penalty "
         "alpha 0.6 (GNMT form for attnmt, JoeyNMT and OpenNMT-py; CTranslate2's own length normalisation with "
         "exponent 0.6). Output caps: attnmt 1.5 S + 10 subwords, JoeyNMT 1.5 x the batch's longest source, "
-        f"OpenNMT-py and CTranslate2 {MAX_OUTPUT}. A model of a few hundred updates translates poorly, and poor "
-        "models emit long outputs up to those caps, so those rows also differ in how many tokens they decode; "
-        "the fully trained attnmt model (its own config) is the realistic decode figure.",
+        f"OpenNMT-py and CTranslate2 {MAX_OUTPUT}. attnmt and OpenNMT-py translate with models trained for the "
+        "same number of updates in the shared setting (`--decode-updates`, so CTranslate2 runs a model of the "
+        "same size and quality as attnmt's); JoeyNMT translates with its last timed-round model (training it "
+        "further would take the suite ~40 min more), and a model of a few hundred updates emits long outputs "
+        "up to the caps, so that row decodes more tokens.",
         "- **Peak RSS** is the summed VmRSS of the process tree, polled every 0.1 s.",
         "- **Other CPU load** is the mean number of cores that processes outside the benchmark kept busy during "
         "that run (machine busy time from /proc/stat minus the benchmark's own CPU time): anything above ~0.05 "
@@ -637,8 +673,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated subset of attnmt,joeynmt,onmt (add attnmt-bf16 for bf16 autocast training)")
     ap.add_argument("--attnmt-model", default=str(ROOT / "runs/de-en"),
                     help="a fully trained attnmt model directory to time decoding on too (skipped if absent)")
+    ap.add_argument("--decode-updates", type=int, default=600,
+                    help="train attnmt (bf16) and OpenNMT-py this many updates for the translation table "
+                         "(0: translate with the last timed round's models)")
     ap.add_argument("--no-decode", action="store_true", help="training only")
-    ap.add_argument("--no-train", action="store_true", help="machine limit and attnmt-model decoding only")
+    ap.add_argument("--no-train", action="store_true", help="no timed training rounds (machine limit and translation)")
     ap.add_argument("--nice", type=int, default=0, help="run every command under nice -n N (smoke tests)")
     ap.add_argument("--results", default=str(HERE / "RESULTS.md"), help="the Markdown file to rewrite")
     ap.add_argument("--report-only", action="store_true",
@@ -659,6 +698,7 @@ def main(argv: list[str] | None = None) -> int:
                 test_lines=args.test_lines, nice=args.nice,
                 attnmt_model=model if model and (model / "model.safetensors").exists() else None,
                 toolkits=tuple(t for t in args.toolkits.split(",") if t), decode=not args.no_decode,
+                decode_updates=args.decode_updates,
                 results=Path(args.results).resolve(), command=cmd,
                 env={"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
                      "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1", "PYTHONWARNINGS": "ignore", "TQDM_DISABLE": "1"})
@@ -731,15 +771,27 @@ def main(argv: list[str] | None = None) -> int:
     decode: list[dict] = []
     if s.decode:
         jobs = []
-        if "attnmt" in train:
-            for prec in ("fp32", "bf16"):
-                jobs.append(lambda prec=prec: decode_attnmt(s, Path(train["attnmt"]["last"]["model"]), prec,
-                                                            "attnmt-bench", f"{s.updates} updates"))
+        models = {tk: {**train[tk]["last"], "label": f"{s.updates} updates"} for tk in ("attnmt", "onmt")
+                  if tk in train}
+        if s.decode_updates:
+            try:
+                trained = train_decode_models(s)
+            except RuntimeError as e:
+                failures.append(f"train translation models: {e}")
+                print(f"[bench] FAILED: {e}", flush=True)
+                trained = {}
+            res["decode_models"] = {tk: {k: r[k] for k in ("updates", "process_s", "peak_rss", "valid_ppl", "rate")
+                                         if k in r} for tk, r in trained.items()}
+            models.update({tk: {**r, "label": f"{s.decode_updates} updates"} for tk, r in trained.items()})
+        if "attnmt" in models:
+            for prec in ("fp32", "bf16", "int8"):
+                jobs.append(lambda prec=prec: decode_attnmt(s, Path(models["attnmt"]["model"]), prec,
+                                                            "attnmt-bench", models["attnmt"]["label"]))
+        if "onmt" in models:
+            jobs.append(lambda: decode_onmt(s, models["onmt"]))
+            jobs.append(lambda: _ct2(s, models["onmt"], res))
         if "joeynmt" in train:
             jobs.append(lambda: decode_joeynmt(s, train["joeynmt"]["last"]))
-        if "onmt" in train:
-            jobs.append(lambda: decode_onmt(s, train["onmt"]["last"]))
-            jobs.append(lambda: _ct2(s, train["onmt"]["last"], res))
         if s.attnmt_model is not None:
             for prec in ("fp32", "bf16"):
                 jobs.append(lambda prec=prec: decode_attnmt(s, s.attnmt_model, prec, "attnmt-trained",

@@ -13,6 +13,11 @@ At its length limit every hypothesis is forced to end with EOS. Done sentences l
 Each step reorders the cached self-attention keys/values to follow the surviving beams; the
 source-attention ones are shared by a sentence's beams and move only when sentences leave.
 
+The 2K best extensions of a sentence are found in two stages, without materialising its K x V
+candidate scores: each beam's 2K most probable next tokens (no extension outside them can be
+among the sentence's 2K best), then the 2K best of those K x 2K. Log-probabilities are the
+logits minus their log-sum-exp, computed only for the selected tokens.
+
 Shapes: B batch (sentences), n sentences still searched, K beam size, S source length,
 D d_model, V vocabulary, t tokens generated so far.
 """
@@ -75,23 +80,30 @@ def beam_search(
     t = 0
     while active:
         n = len(active)
-        logp = model.decode_step(history[:, -1:], memory, src_mask, cache)  # (n*K, V)
-        vocab = logp.size(-1)
+        logits = model.decode_step(history[:, -1:], memory, src_mask, cache, log_probs=False).float()  # (n*K, V)
+        memory = None  # from now on the cache holds the source keys/values
+        vocab = logits.size(-1)
         if vocab < 2 * K:
             raise ValueError(f"vocabulary ({vocab}) must hold at least 2 * beam_size ({2 * K}) tokens")
-        logp = logp.view(n, K, vocab)  # (n, K, V)
+        # Stage 1: each beam's 2K best tokens and their log-probabilities.
+        lse = torch.logsumexp(logits, dim=-1, keepdim=True)  # (n*K, 1)
+        beam_lp, beam_tok = logits.topk(2 * K, dim=-1)  # (n*K, 2K)
+        beam_lp -= lse
         at_limit = torch.tensor([limits[s] <= t + 1 for s in active], device=device)  # (n,)
-        if at_limit.any():  # force EOS for sentences at their length limit
-            forced = torch.full_like(logp, float("-inf"))
-            forced[..., EOS_ID] = logp[..., EOS_ID]
-            logp = torch.where(at_limit[:, None, None], forced, logp)
-        cand = scores[:, :, None] + logp  # (n, K, V)
-        top_scores, top_idx = cand.view(n, K * vocab).topk(2 * K, dim=1)  # (n, 2K)
-        origin = top_idx // vocab  # (n, 2K) which open beam each candidate extends
-        token = top_idx % vocab  # (n, 2K)
+        if at_limit.any():  # sentences at their length limit: EOS is every beam's only extension
+            limit_rows = at_limit.repeat_interleave(K)[:, None]  # (n*K, 1)
+            eos_lp = torch.full_like(beam_lp, float("-inf"))
+            eos_lp[:, :1] = logits[:, EOS_ID:EOS_ID + 1] - lse
+            beam_lp = torch.where(limit_rows, eos_lp, beam_lp)
+            beam_tok = torch.where(limit_rows, torch.full_like(beam_tok, EOS_ID), beam_tok)
+        # Stage 2: the sentence's 2K best of its K x 2K extensions.
+        cand = (scores.view(n * K, 1) + beam_lp).view(n, 2 * K * K)  # (n, K*2K)
+        top_scores, top_idx = cand.topk(2 * K, dim=1)  # (n, 2K)
+        origin = top_idx // (2 * K)  # (n, 2K) which open beam each candidate extends
+        token = beam_tok.view(n, 2 * K * K).gather(1, top_idx)  # (n, 2K)
+        cand_lp = beam_lp.view(n, 2 * K * K).gather(1, top_idx)  # (n, 2K) log-prob of the new token
         is_eos = token == EOS_ID
         rows = origin + torch.arange(n, device=device)[:, None] * K  # (n, 2K) rows of history
-        cand_lp = logp.view(n * K, vocab)[rows, token]  # (n, 2K) log-prob of the new token
         t += 1
 
         # Finalise EOS candidates ranked within the first K.
@@ -133,7 +145,6 @@ def beam_search(
             sel_rows = sel_rows.index_select(0, beam_keep)
             sel_tokens = sel_tokens.index_select(0, beam_keep)
             sel_lp = sel_lp.index_select(0, beam_keep)
-            memory = memory.index_select(0, beam_keep)
             src_mask = src_mask.index_select(0, beam_keep)
             active = [active[i] for i in keep]
             cache.reorder(sel_rows)

@@ -168,19 +168,23 @@ class Transformer(nn.Module):
         """An empty incremental-decoding state for :meth:`decode_step`."""
         return DecoderCache([LayerCache() for _ in self.decoder.layers])
 
-    def decode_step(self, tokens: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
-                    cache: DecoderCache) -> torch.Tensor:
+    def decode_step(self, tokens: torch.Tensor, memory: torch.Tensor | None, src_mask: torch.Tensor,
+                    cache: DecoderCache, log_probs: bool = True) -> torch.Tensor:
         """Log-probabilities of the next token after feeding one new position per sentence.
 
         Args:
             tokens: (B, 1) int64, the last token of each prefix.
-            memory, src_mask: from :meth:`encode`; row b belongs to cache row b.
+            memory, src_mask: from :meth:`encode`; row b belongs to cache row b. ``memory`` is
+                only read at the first step (it may be None once the cache holds the
+                source-attention keys/values).
             cache: grown in place by one position.
+            log_probs: False returns the raw logits instead (in the model's dtype), for search
+                code that normalises only the tokens it keeps.
         Returns:
-            (B, V) float32 log-probabilities.
+            (B, V) float32 log-probabilities (or logits).
         """
         logits = self.decoder(tokens, memory, src_mask, cache).logits[:, -1]  # (B, V)
-        return torch.log_softmax(logits.float(), dim=-1)
+        return torch.log_softmax(logits.float(), dim=-1) if log_probs else logits
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -32,6 +32,7 @@ from attnmt.decode.translator import load_run_config, load_tokenizers
 from attnmt.errors import CheckpointError, ConfigError
 from attnmt.evaluate import corpus_scores
 from attnmt.model.transformer import Transformer, count_parameters
+from attnmt.runtime import peak_rss_mib
 from attnmt.train.checkpoint import (LAST_STATE, WEIGHTS, average_weights, load_state, load_weights,
                                      save_state, save_weights)
 from attnmt.train.losses import label_smoothed_nll_loss
@@ -312,7 +313,8 @@ def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: s
                 bar.set_postfix(loss=f"{loss_tok:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:.0f}", ep=epoch + 1,
                                 eta=f"{(budget_s - elapsed()) / 60:.0f}m" if budget_s else "-")
                 metrics.write(kind="train", step=step, epoch=epoch + 1, seconds=round(elapsed(), 1), loss=loss_tok,
-                              ppl=math.exp(min(window_nll / max(window_tokens, 1), 50)), lr=lr, tgt_tokens_per_s=tok_s)
+                              ppl=math.exp(min(window_nll / max(window_tokens, 1), 50)), lr=lr, tgt_tokens_per_s=tok_s,
+                              peak_rss_mib=peak_rss_mib())
                 if bar.disable:
                     log.info("step %d epoch %d loss %.3f lr %.2e %.0f tgt tok/s elapsed %.1f min", step, epoch + 1,
                              loss_tok, lr, tok_s, elapsed() / 60)
