@@ -102,6 +102,31 @@ def test_cached_incremental_decoding_equals_full_forward(options):
     assert cache.step == tgt.size(1)
 
 
+def test_beams_sharing_one_source_row_equal_repeated_sources():
+    """K consecutive target rows per sentence against one source row (beam search's layout)
+    give the same log-probabilities and source attention as repeating each source K times."""
+    model = tiny_model().eval()
+    K = 3
+    src = torch.tensor([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID]])
+    tgt = torch.tensor([[BOS_ID, 11, 12], [BOS_ID, 13, 14], [BOS_ID, 15, 16],
+                        [BOS_ID, 17, 18], [BOS_ID, 19, 20], [BOS_ID, 21, 22]])  # (B*K, T)
+    memory, src_mask, _ = model.encode(src)
+    shared, repeated = model.init_cache(), model.init_cache()
+    mem_rep, mask_rep = memory.repeat_interleave(K, 0), src_mask.repeat_interleave(K, 0)
+    for t in range(tgt.size(1)):
+        a = model.decode_step(tgt[:, t: t + 1], memory if t == 0 else None, src_mask, shared)
+        b = model.decode_step(tgt[:, t: t + 1], mem_rep if t == 0 else None, mask_rep, repeated)
+        assert torch.allclose(a, b, atol=1e-5), t
+    assert shared.layers[0].cross_k.size(0) == 2 and repeated.layers[0].cross_k.size(0) == 6
+    # attention weights in the shared layout come back per target row: (B*K, H, T, S)
+    layer = model.decoder.layers[0]
+    x = torch.randn(6, 2, 32)
+    _, _, w_shared = layer(x, memory, src_mask, need_weights=True)
+    _, _, w_rep = layer(x, mem_rep, mask_rep, need_weights=True)
+    assert w_shared.shape == w_rep.shape == (6, layer.src_attn.num_heads, 2, 5)
+    assert torch.allclose(w_shared, w_rep, atol=1e-6)
+
+
 def test_embeddings_shared_and_scaled():
     model = tiny_model(share_embeddings=True, tie_output=True)
     emb = model.encoder.embedding

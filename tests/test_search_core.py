@@ -21,8 +21,8 @@ class FakeCache:
     def __init__(self, rows: int):
         self.prefixes = [() for _ in range(rows)]
 
-    def reorder(self, index: torch.Tensor, cross: bool = True) -> None:
-        self.prefixes = [self.prefixes[i] for i in index.tolist()]
+    def reorder(self, rows: torch.Tensor, sources: torch.Tensor | None = None) -> None:
+        self.prefixes = [self.prefixes[i] for i in rows.tolist()]
 
 
 class FakeModel:
@@ -38,7 +38,7 @@ class FakeModel:
     def init_cache(self):
         return None  # created lazily with the row count
 
-    def decode_step(self, tokens, memory, src_mask, cache, log_probs=True):
+    def decode_step(self, tokens, memory, src_mask, cache):
         rows = tokens.size(0)
         out = torch.full((rows, V), -30.0)  # tokens a distribution leaves out: log-prob -30
         for r, tok in enumerate(tokens[:, 0].tolist()):

@@ -10,13 +10,15 @@ and ranked within the first K become finished hypotheses; the K best others stay
 one can still beat the worst of them: an open hypothesis with log-probability s <= 0 can at
 best reach s / max(lp(now + 1), lp(max length)), since log-probabilities only fall as it grows.
 At its length limit every hypothesis is forced to end with EOS. Done sentences leave the batch.
-Each step reorders the cached self-attention keys/values to follow the surviving beams; the
-source-attention ones are shared by a sentence's beams and move only when sentences leave.
+Each step reorders the cached self-attention keys/values to follow the surviving beams. The
+source side (encoder output, padding mask, source-attention keys/values) is kept once per
+sentence: its K beams attend to it together, as K query positions (see ``DecoderLayer``), and
+it moves only when sentences leave.
 
 The 2K best extensions of a sentence are found in two stages, without materialising its K x V
 candidate scores: each beam's 2K most probable next tokens (no extension outside them can be
-among the sentence's 2K best), then the 2K best of those K x 2K. Log-probabilities are the
-logits minus their log-sum-exp, computed only for the selected tokens.
+among the sentence's 2K best), then the 2K best of those K x 2K. Scores are accumulated in
+float32 whatever the model's dtype.
 
 Shapes: B batch (sentences), n sentences still searched, K beam size, S source length,
 D d_model, V vocabulary, t tokens generated so far.
@@ -66,9 +68,8 @@ def beam_search(
     device = src.device
     memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
     limits = max_output_lengths(src, max_len_a, max_len_b, model.config.max_positions - 1).tolist()
-    # Every sentence gets K rows: (B*K, S, D).
-    memory = memory.repeat_interleave(K, dim=0)
-    src_mask = src_mask.repeat_interleave(K, dim=0)
+    # Every sentence gets K consecutive rows of the target side (B*K); the source side (memory,
+    # src_mask and the cached source keys/values) stays one row per sentence, shared by its beams.
     cache = model.init_cache()
 
     active = list(range(batch_size))  # sentence index of each of the n searched sentences
@@ -80,20 +81,19 @@ def beam_search(
     t = 0
     while active:
         n = len(active)
-        logits = model.decode_step(history[:, -1:], memory, src_mask, cache, log_probs=False).float()  # (n*K, V)
+        logp = model.decode_step(history[:, -1:], memory, src_mask, cache)  # (n*K, V), model dtype
         memory = None  # from now on the cache holds the source keys/values
-        vocab = logits.size(-1)
+        vocab = logp.size(-1)
         if vocab < 2 * K:
             raise ValueError(f"vocabulary ({vocab}) must hold at least 2 * beam_size ({2 * K}) tokens")
-        # Stage 1: each beam's 2K best tokens and their log-probabilities.
-        lse = torch.logsumexp(logits, dim=-1, keepdim=True)  # (n*K, 1)
-        beam_lp, beam_tok = logits.topk(2 * K, dim=-1)  # (n*K, 2K)
-        beam_lp -= lse
+        # Stage 1: each beam's 2K most probable tokens.
+        beam_lp, beam_tok = logp.topk(2 * K, dim=-1)  # (n*K, 2K)
+        beam_lp = beam_lp.float()
         at_limit = torch.tensor([limits[s] <= t + 1 for s in active], device=device)  # (n,)
         if at_limit.any():  # sentences at their length limit: EOS is every beam's only extension
             limit_rows = at_limit.repeat_interleave(K)[:, None]  # (n*K, 1)
             eos_lp = torch.full_like(beam_lp, float("-inf"))
-            eos_lp[:, :1] = logits[:, EOS_ID:EOS_ID + 1] - lse
+            eos_lp[:, :1] = logp[:, EOS_ID:EOS_ID + 1].float()
             beam_lp = torch.where(limit_rows, eos_lp, beam_lp)
             beam_tok = torch.where(limit_rows, torch.full_like(beam_tok, EOS_ID), beam_tok)
         # Stage 2: the sentence's 2K best of its K x 2K extensions.
@@ -145,12 +145,12 @@ def beam_search(
             sel_rows = sel_rows.index_select(0, beam_keep)
             sel_tokens = sel_tokens.index_select(0, beam_keep)
             sel_lp = sel_lp.index_select(0, beam_keep)
-            src_mask = src_mask.index_select(0, beam_keep)
+            src_mask = src_mask.index_select(0, keep_t)
             active = [active[i] for i in keep]
-            cache.reorder(sel_rows)
+            cache.reorder(sel_rows, keep_t)
         else:
             # Beams moved only within their sentence: source keys/values are already in place.
-            cache.reorder(sel_rows, cross=False)
+            cache.reorder(sel_rows)
         history = torch.cat([history.index_select(0, sel_rows), sel_tokens], dim=1)
         history_lp = torch.cat([history_lp.index_select(0, sel_rows), sel_lp], dim=1)
 

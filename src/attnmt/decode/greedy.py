@@ -39,11 +39,12 @@ def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5,
     while active.numel():
         logp = model.decode_step(last, memory, src_mask, cache)  # (b, V)
         best_lp, best = logp.max(dim=-1)  # (b,)
+        best_lp = best_lp.float()
         step += 1
         at_limit = limits[active] <= step  # (b,) these must end now: EOS, as in beam search
         if at_limit.any():
             best = torch.where(at_limit, torch.full_like(best, EOS_ID), best)
-            best_lp = torch.where(at_limit, logp[:, EOS_ID], best_lp)
+            best_lp = torch.where(at_limit, logp[:, EOS_ID].float(), best_lp)
         for row, (sent, tok, lp) in enumerate(zip(active.tolist(), best.tolist(), best_lp.tolist())):
             tokens[sent].append(tok)
             lprobs[sent].append(lp)
@@ -52,6 +53,6 @@ def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5,
             keep = (~done).nonzero().squeeze(1)  # (b',)
             active, best = active[keep], best[keep]
             memory, src_mask = memory.index_select(0, keep), src_mask.index_select(0, keep)
-            cache.reorder(keep)
+            cache.reorder(keep, keep)
         last = best[:, None]  # (b, 1)
     return [Hypothesis(t, lp, sum(lp), sum(lp)) for t, lp in zip(tokens, lprobs)]

@@ -77,7 +77,8 @@ class LayerCache:
     """Keys and values one decoder layer keeps between steps of incremental decoding.
 
     self_k, self_v: (B, H, t, Dh) self-attention keys/values of the t positions decoded so far.
-    cross_k, cross_v: (B, H, S, Dh) encoder-decoder keys/values, computed once from the memory.
+    cross_k, cross_v: (B_src, H, S, Dh) encoder-decoder keys/values, computed once from the
+    memory; B_src = B, or B / K in beam search, where the K beams of a sentence share them.
     """
 
     self_k: torch.Tensor | None = None
@@ -85,15 +86,14 @@ class LayerCache:
     cross_k: torch.Tensor | None = None
     cross_v: torch.Tensor | None = None
 
-    def reorder(self, index: torch.Tensor, cross: bool = True) -> None:
-        """Keep rows ``index`` (int64, (B',)) of the self-attention keys/values and, with
-        ``cross``, of the source-attention ones (beam search leaves those alone when it only
-        permutes beams within a sentence, whose rows share one source)."""
-        names = ("self_k", "self_v", "cross_k", "cross_v") if cross else ("self_k", "self_v")
-        for name in names:
-            t = getattr(self, name)
-            if t is not None:
-                setattr(self, name, t.index_select(0, index))
+    def reorder(self, rows: torch.Tensor, sources: torch.Tensor | None = None) -> None:
+        """Keep rows ``rows`` (int64, (B',)) of the self-attention keys/values and, if given,
+        rows ``sources`` of the source-attention ones (None leaves them as they are: beam
+        search keeps those once per sentence, so re-ranking beams does not move them)."""
+        if self.self_k is not None:
+            self.self_k, self.self_v = self.self_k.index_select(0, rows), self.self_v.index_select(0, rows)
+        if sources is not None and self.cross_k is not None:
+            self.cross_k, self.cross_v = self.cross_k.index_select(0, sources), self.cross_v.index_select(0, sources)
 
 
 @dataclass
@@ -108,11 +108,11 @@ class DecoderCache:
     layers: list[LayerCache] = field(default_factory=list)
     step: int = 0
 
-    def reorder(self, index: torch.Tensor, cross: bool = True) -> None:
-        """Select batch rows ``index`` (int64, (B',)) in every layer's keys and values
-        (source-attention ones only with ``cross``)."""
+    def reorder(self, rows: torch.Tensor, sources: torch.Tensor | None = None) -> None:
+        """Select rows ``rows`` (int64, (B',)) of every layer's self-attention keys/values and,
+        if given, rows ``sources`` of the source-attention ones (see :meth:`LayerCache.reorder`)."""
         for layer in self.layers:
-            layer.reorder(index, cross)
+            layer.reorder(rows, sources)
 
 
 class MultiHeadAttention(nn.Module):

@@ -94,8 +94,9 @@ class DecoderLayer(nn.Module):
 
         Args:
             x: (B, T, D) target states; with a cache, only the T new positions.
-            memory: (B, S, D) encoder output (unused when the cache holds its keys/values).
-            src_mask: (B, 1, 1, S) source padding mask.
+            memory: (B_src, S, D) encoder output (unused when the cache holds its keys/values),
+                B_src = B, or B / K when each sentence's K beams are K consecutive rows of x.
+            src_mask: (B_src, 1, 1, S) source padding mask.
             cache: incremental state; self-attention keys/values are appended to it.
         Returns:
             (B, T, D), self-attention weights (B, H, T, t) and source-attention weights
@@ -121,11 +122,22 @@ class DecoderLayer(nn.Module):
             if cache is not None and cache.cross_k is not None:
                 k, v = cache.cross_k, cache.cross_v
             else:
-                k, v = self.src_attn.project_kv(memory)  # (B, H, S, Dh)
+                k, v = self.src_attn.project_kv(memory)  # (B_src, H, S, Dh)
                 if cache is not None:
                     cache.cross_k, cache.cross_v = k, v
-            out, src_w = self.src_attn(h, k, v, src_mask, need_weights=need_weights)
-            return out
+            group = h.size(0) // k.size(0)
+            if group == 1:
+                out, src_w = self.src_attn(h, k, v, src_mask, need_weights=need_weights)
+                return out
+            # Beam search: the `group` consecutive rows of a sentence (its beams) share one
+            # source, so they attend to it as group x T query positions of that sentence.
+            if group * k.size(0) != h.size(0):
+                raise ValueError(f"{h.size(0)} target rows do not split evenly over {k.size(0)} sources")
+            b_src, t = k.size(0), h.size(1)
+            out, w = self.src_attn(h.reshape(b_src, group * t, -1), k, v, src_mask, need_weights=need_weights)
+            if w is not None:  # (B_src, H, group*T, S) -> (B, H, T, S)
+                src_w = w.unflatten(2, (group, t)).transpose(1, 2).flatten(0, 1)
+            return out.reshape(h.shape)
 
         x = self.sublayers[0](x, self_attention)
         x = self.sublayers[1](x, source_attention)
