@@ -4,6 +4,7 @@ the run directory, translation through Python and the CLI, resume, and one-line 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from attnmt.config import config_from_dict
+from attnmt import runtime
 from attnmt.decode.translator import Translator
 from attnmt.train.trainer import train
 
@@ -84,6 +86,24 @@ def test_copy_task_translated_exactly(copy_run):
         out = [t.text for t in tr.translate(held_out, beam_size=beam)]
         exact = sum(o == s for o, s in zip(out, held_out))
         assert exact >= 18, (beam, [(o, s) for o, s in zip(out, held_out) if o != s])  # 90% copied exactly
+
+
+def test_bf16_without_fast_kernels_runs_in_fp32(copy_run, monkeypatch, caplog):
+    # The run above asked for bf16: its log records what it ran at on this CPU.
+    run_dir, _, _ = copy_run
+    done = [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()][-1]
+    assert done["precision"] == ("bf16" if runtime.cpu_bf16_is_fast() else "fp32")
+    monkeypatch.setattr(runtime, "_warned", set())
+    tr = Translator.from_dir(run_dir)
+    for fast, expected in ((True, torch.bfloat16), (False, torch.float32)):
+        monkeypatch.setattr(runtime, "cpu_bf16_is_fast", lambda fast=fast: fast)
+        tr.set_precision("fp32")
+        with caplog.at_level(logging.WARNING, logger="attnmt.runtime"):
+            tr.set_precision("bf16")
+        assert next(tr.model.parameters()).dtype == expected
+        assert tr.precision == ("bf16" if fast else "fp32")
+        assert any("no fast bfloat16" in r.message for r in caplog.records) == (not fast)
+    assert runtime.effective_precision("int8") == "int8"
 
 
 def _cli(*args, stdin=None):

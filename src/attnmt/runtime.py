@@ -21,6 +21,12 @@ GiB was in use (``mallinfo2``; ``malloc_trim(0)`` would bring the process from 2
 and repeating 10 batch shapes instead kept it at 1.5 GiB), so peak RSS creeps up over the first
 few hundred updates (2.4 GiB at 100, 2.9 GiB at 300). Trimming every few updates gives the
 pages back only for them to be faulted in again, the cost this module exists to avoid.
+
+bfloat16 is fast only where oneDNN has kernels for it: CPUs with AVX-512 (emulated, about float32
+speed) or AVX-512 BF16 / AMX (native; 4.2x float32 on our benchmark machine). Elsewhere PyTorch
+falls back to a reference kernel: on an AVX2-only AMD EPYC a 2048x2048 bfloat16 matmul ran at
+0.29 GFLOP/s against 84 GFLOP/s in float32, so a bf16 training run would be hundreds of times
+slower. ``effective_precision`` turns a 'bf16' request into 'fp32' there, with a warning.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ import ctypes.util
 import logging
 import os
 import sys
+
+import torch
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +68,39 @@ def tune_allocator() -> bool:
     _done = ok
     log.debug("glibc allocator tuned: %s", ok)
     return ok
+
+
+def cpu_bf16_is_fast() -> bool:
+    """Whether this CPU has oneDNN bfloat16 matmul kernels (x86 with AVX-512, or Arm with BF16
+    instructions), as reported by PyTorch's ``torch.ops.mkldnn._is_mkldnn_bf16_supported``;
+    where that private probe is missing, whether ``torch.backends.cpu.get_cpu_capability()``
+    names AVX-512."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
+
+_warned: set[str] = set()
+
+
+def effective_precision(precision: str, what: str = "training") -> str:
+    """The precision to run at: ``precision`` itself, except 'bf16' on a CPU without fast
+    bfloat16 kernels (``cpu_bf16_is_fast``), which becomes 'fp32' with a warning logged once
+    per ``what`` ('training', 'translation'): there bf16 is slower than float32, not faster.
+
+    Args:
+        precision: 'fp32', 'bf16' or 'int8' (returned unchanged unless 'bf16').
+        what: the job, for the warning's text.
+    """
+    if precision != "bf16" or cpu_bf16_is_fast():
+        return precision
+    if what not in _warned:
+        _warned.add(what)
+        log.warning("precision bf16 asked for, but this CPU (%s) has no fast bfloat16 matmul kernels, where "
+                    "bf16 runs far slower than float32: %s in fp32 instead",
+                    torch.backends.cpu.get_cpu_capability(), what)
+    return "fp32"
 
 
 def peak_rss_mib() -> float | None:

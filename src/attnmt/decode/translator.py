@@ -25,6 +25,7 @@ from attnmt.decode.search import Hypothesis
 from attnmt.errors import CheckpointError
 from attnmt.model.attention import MultiHeadAttention
 from attnmt.model.transformer import Transformer
+from attnmt.runtime import effective_precision
 from attnmt.train.checkpoint import WEIGHTS, load_weights
 
 log = logging.getLogger(__name__)
@@ -127,16 +128,25 @@ class Translator:
         load_weights(model, weights if weights is not None else Path(run_dir) / WEIGHTS)
         return cls(model, src_tok, tgt_tok, config)
 
+    @property
+    def precision(self) -> str:
+        """The precision the model runs at now: 'fp32', 'bf16' or 'int8'."""
+        return self._precision
+
     def set_precision(self, precision: str) -> None:
         """Switch the inference precision: 'fp32'; 'bf16' (weights and activations in bfloat16,
         log-probabilities in float32); or 'int8' (CPU: Linear layers dynamically quantised to
         int8 with torch.ao.quantization.quantize_dynamic, activations float32).
+
+        On a CPU without fast bfloat16 kernels 'bf16' means 'fp32', with a warning
+        (``attnmt.runtime.effective_precision``).
 
         Raises:
             ValueError: an unknown precision, or going back from int8.
         """
         if precision not in ("fp32", "bf16", "int8"):
             raise ValueError(f"unknown precision {precision!r}; use fp32, bf16 or int8")
+        precision = effective_precision(precision, "translation")
         if self._precision == "int8" and precision != "int8":
             raise ValueError("an int8-quantised model cannot be converted back; load it again")
         if precision == "int8" and self._precision != "int8":

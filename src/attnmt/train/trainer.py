@@ -32,7 +32,7 @@ from attnmt.decode.translator import load_run_config, load_tokenizers
 from attnmt.errors import CheckpointError, ConfigError
 from attnmt.evaluate import corpus_scores
 from attnmt.model.transformer import Transformer, count_parameters
-from attnmt.runtime import peak_rss_mib
+from attnmt.runtime import effective_precision, peak_rss_mib
 from attnmt.train.checkpoint import (LAST_STATE, WEIGHTS, average_weights, load_state, load_weights,
                                      save_state, save_weights)
 from attnmt.train.losses import label_smoothed_nll_loss
@@ -118,8 +118,11 @@ def _prepare_tokenizers(config: Config, run_dir: Path, src_lines: list[str], tgt
 
 @torch.no_grad()
 def validate(model: Transformer, data: EncodedCorpus, refs: list[str], tgt_tok: Tokenizer, config: Config,
-             with_bleu: bool) -> dict:
+             with_bleu: bool, precision: str | None = None) -> dict:
     """Validation loss and perplexity (teacher forcing) and, with ``with_bleu``, greedy BLEU/chrF.
+
+    ``precision`` ('fp32' or 'bf16' autocast) defaults to ``config.train.precision`` as
+    ``attnmt.runtime.effective_precision`` resolves it on this CPU.
 
     Returns:
         {'valid_loss': label-smoothed loss per token, 'valid_ppl': exp(nll per token),
@@ -128,7 +131,7 @@ def validate(model: Transformer, data: EncodedCorpus, refs: list[str], tgt_tok: 
     model.eval()
     total_loss = total_nll = 0.0
     tokens = 0
-    with autocast(config.train.precision):
+    with autocast(precision or effective_precision(config.train.precision, "training")):
         for idx in token_batches(data.lengths(), config.train.batch_tokens):
             batch = make_batch([data.src[i] for i in idx], [data.tgt[i] for i in idx])
             logits = model(batch.src, batch.tgt_in)
@@ -181,6 +184,7 @@ def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: s
     run_dir.mkdir(parents=True, exist_ok=True)
     if tc.num_threads:
         torch.set_num_threads(tc.num_threads)
+    precision = effective_precision(tc.precision, "training")
     torch.manual_seed(tc.seed)
 
     train_files = corpus_files(config, "train", data_dir)
@@ -244,7 +248,7 @@ def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: s
         if valid_data is None:
             result = {"valid_loss": None, "valid_ppl": None, "valid_bleu": None, "valid_chrf": None}
         else:
-            result = validate(model, valid_data, valid_refs, tgt_tok, config, tc.valid_bleu)
+            result = validate(model, valid_data, valid_refs, tgt_tok, config, tc.valid_bleu, precision)
         valid_seconds = time.monotonic() - t0
         key = _selection_key(result, step)
         improved = key > best["key"]
@@ -287,7 +291,7 @@ def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: s
                 g["lr"] = lr
             step_loss = step_nll = 0.0
             for b in built:
-                with autocast(tc.precision):
+                with autocast(precision):
                     logits = model(b.src, b.tgt_in)  # (B, T, V)
                     loss, nll = label_smoothed_nll_loss(logits.flatten(0, 1), b.tgt_out.flatten(),
                                                         tc.label_smoothing, PAD_ID)
@@ -344,7 +348,8 @@ def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: s
     result = TrainResult(steps=step, epochs_done=epoch + batch_in_epoch / max(len(batches), 1), minutes=minutes,
                          best_valid_bleu=best["bleu"], best_valid_ppl=best["ppl"],
                          tgt_tokens_per_second=run_tokens / max(run_train_seconds, 1e-9))
-    metrics.write(kind="done", **result.__dict__, stop_reason=stop_reason, last_valid_bleu=last["valid_bleu"])
+    metrics.write(kind="done", **result.__dict__, precision=precision, stop_reason=stop_reason,
+                  last_valid_bleu=last["valid_bleu"])
     log.info("done: %d updates, %.1f epochs, %.1f minutes, best valid BLEU %s, %.0f tgt tok/s",
              step, result.epochs_done, minutes, _fmt(best["bleu"]), result.tgt_tokens_per_second)
     return result
