@@ -189,6 +189,7 @@ class Setting:
     results: Path
     command: str
     env: dict = field(default_factory=dict)
+    bf16: bool = True  # the CPU has bfloat16 kernels (attnmt.runtime.cpu_bf16_is_fast)
 
     @property
     def data(self) -> Path:
@@ -288,9 +289,13 @@ def model_flops_per_target_token(lengths: list[tuple[int, int]], d: int = 256, f
 def matmul_probe(threads: int, n: int = 2048) -> dict:
     import torch
 
+    from attnmt.runtime import cpu_bf16_is_fast
+
     torch.set_num_threads(threads)
-    out = {"threads": torch.get_num_threads(), "n": n, "torch": torch.__version__}
-    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+    # Without bf16 kernels one 2048x2048 bf16 matmul takes about a minute: measure 512x512 there.
+    n_bf16 = n if cpu_bf16_is_fast() else min(n, 512)
+    out = {"threads": torch.get_num_threads(), "n": n, "n_bf16": n_bf16, "torch": torch.__version__}
+    for name, dtype, n in (("fp32", torch.float32, n), ("bf16", torch.bfloat16, n_bf16)):
         a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
         c = a @ b
         for _ in range(2):
@@ -332,7 +337,7 @@ def train_attnmt(s: Setting, out: Path, precision: str = "fp32", updates: int | 
     return {"windows": windows, "rate": combine_windows(windows, s.log_every), "process_s": p.seconds,
             "peak_rss": p.peak_rss, "other_cores": p.other_cores, "updates": done["steps"], "model": str(out),
             "own_rate_excl_batching": done["tgt_tokens_per_second"],
-            "valid_ppl": valid[-1]["valid_ppl"] if valid else None}
+            "valid_ppl": valid[-1]["valid_ppl"] if valid else None, "precision": done.get("precision", precision)}
 
 
 def train_joeynmt(s: Setting, out: Path) -> dict:
@@ -400,11 +405,13 @@ def _decode_record(name: str, model: str, p: Proc, decode_s: float, hyp: Path, s
 
 
 def train_decode_models(s: Setting) -> dict:
-    """The models the translation table compares: attnmt (bf16 autocast, its fast training mode)
-    and OpenNMT-py (float32), each trained for ``--decode-updates`` updates in the shared setting."""
+    """The models the translation table compares: attnmt (bf16 autocast, its fast training mode,
+    where the CPU has bf16 kernels; else float32) and OpenNMT-py (float32), each trained for
+    ``--decode-updates`` updates in the shared setting."""
     out = {}
     print(f"[bench] training the translation models: {s.decode_updates} updates each (not timed)", flush=True)
-    out["attnmt"] = train_attnmt(s, s.runs / "attnmt-decode-model", precision="bf16", updates=s.decode_updates)
+    out["attnmt"] = train_attnmt(s, s.runs / "attnmt-decode-model", precision="bf16" if s.bf16 else "fp32",
+                                 updates=s.decode_updates)
     if "onmt" in s.toolkits:
         out["onmt"] = train_onmt(s, s.runs / "onmt-decode-model", updates=s.decode_updates)
     return out
@@ -550,9 +557,15 @@ def write_results(s: Setting, res: dict) -> None:
         "## Machine limit",
         "",
         f"2048x2048 matmul on {probe['threads']} threads (best of 3 one-second runs): "
-        f"**{probe['fp32']:.1f} GFLOP/s float32**, **{probe['bf16']:.1f} GFLOP/s bfloat16** "
+        f"**{probe['fp32']:.1f} GFLOP/s float32**, **{probe['bf16']:.1f} GFLOP/s bfloat16**"
+        + (f" ({probe['n_bf16']}x{probe['n_bf16']})" if probe.get("n_bf16", probe["n"]) != probe["n"] else "") + " "
         f"(other processes meanwhile: {probe.get('other_cores', 0):.2f} cores).",
         "",
+    ]
+    if res.get("bf16_fast") is False:
+        lines += ["This CPU has no oneDNN bfloat16 kernels, so attnmt runs bf16 requests in float32 here "
+                  "(`attnmt.runtime.effective_precision`) and the tables have no bf16 rows.", ""]
+    lines += [
         f"Model FLOPs per target token (training, analytic, formula below): **{fl['flops_per_tgt_token'] / 1e6:.1f} "
         f"MFLOP** ({100 * fl['dense_share']:.1f}% weight matmuls, the rest attention scores and values; "
         f"mean lengths {fl['mean_src_len']:.1f} source / {fl['mean_tgt_len']:.1f} target tokens with EOS).",
@@ -606,7 +619,7 @@ def write_results(s: Setting, res: dict) -> None:
         for tk, r in res.get("decode_models", {}).items():
             lines += ["",
                       f"Translation model of {LABEL.get(tk, tk)}: {r['updates']} updates"
-                      + (" in bf16 autocast" if tk == "attnmt" else " in float32")
+                      + (" in bf16 autocast" if r.get("precision") == "bf16" else " in float32")
                       + f", trained by the suite in {r['process_s'] / 60:.1f} min (peak RSS {gib(r['peak_rss'])} GiB)"
                       + (f", validation perplexity {r['valid_ppl']:.2f}" if r.get("valid_ppl") else "") + "."]
         if res.get("ct2_convert_s") is not None:
@@ -710,6 +723,13 @@ def main(argv: list[str] | None = None) -> int:
                 results=Path(args.results).resolve(), command=cmd,
                 env={"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
                      "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1", "PYTHONWARNINGS": "ignore", "TQDM_DISABLE": "1"})
+    from attnmt.runtime import cpu_bf16_is_fast
+
+    s.bf16 = cpu_bf16_is_fast()
+    if not s.bf16 and "attnmt-bf16" in s.toolkits:
+        s.toolkits = tuple(t for t in s.toolkits if t != "attnmt-bf16")
+        print("[bench] this CPU has no bfloat16 kernels (attnmt trains and translates bf16 requests in float32): "
+              "no bf16 rows", flush=True)
     if args.report_only:
         res = json.loads((s.work / "results.json").read_text(encoding="utf-8"))
         write_results(s, res)
@@ -731,7 +751,7 @@ def main(argv: list[str] | None = None) -> int:
     setting_file.write_text(json.dumps({"test_lines": s.test_lines}))
 
     res: dict = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "command": cmd,
-                 "test_lines": s.test_lines or None}
+                 "test_lines": s.test_lines or None, "bf16_fast": s.bf16}
     print(f"[bench] work folder {s.work}", flush=True)
     busy0, own0 = busy_cpu_seconds(), own_cpu_seconds()
     time.sleep(2.0)
@@ -788,13 +808,14 @@ def main(argv: list[str] | None = None) -> int:
                 failures.append(f"train translation models: {e}")
                 print(f"[bench] FAILED: {e}", flush=True)
                 trained = {}
-            res["decode_models"] = {tk: {k: r[k] for k in ("updates", "process_s", "peak_rss", "valid_ppl", "rate")
+            res["decode_models"] = {tk: {k: r[k] for k in ("updates", "process_s", "peak_rss", "valid_ppl", "rate",
+                                                                          "precision")
                                          if k in r} for tk, r in trained.items()}
             models.update({tk: {**r, "label": f"{s.decode_updates} updates"} for tk, r in trained.items()})
         # (job, repeated): every job runs once per decode round, in an order that alternates
         # between rounds; JoeyNMT's (minutes long) only in the first round.
         if "attnmt" in models:
-            for prec in ("fp32", "bf16", "int8"):
+            for prec in ("fp32", "bf16", "int8") if s.bf16 else ("fp32", "int8"):
                 jobs.append((lambda prec=prec: decode_attnmt(s, Path(models["attnmt"]["model"]), prec,
                                                              "attnmt-bench", models["attnmt"]["label"]), True))
         if "onmt" in models:
@@ -803,7 +824,7 @@ def main(argv: list[str] | None = None) -> int:
         if "joeynmt" in train:
             jobs.append((lambda: decode_joeynmt(s, train["joeynmt"]["last"]), False))
         if s.attnmt_model is not None:
-            for prec in ("fp32", "bf16"):
+            for prec in ("fp32", "bf16") if s.bf16 else ("fp32",):
                 jobs.append((lambda prec=prec: decode_attnmt(s, s.attnmt_model, prec, "attnmt-trained",
                                                              f"trained ({_rel(s.attnmt_model)})"), True))
         by_row: dict[tuple[str, str], dict] = {}
