@@ -3,7 +3,9 @@
 
 What it measures (see RESULTS.md, which this script rewrites):
 
-1. The machine limit: float32 and bfloat16 2048x2048 matmul GFLOP/s on the benchmark's threads.
+1. The machine limit: float32 and bfloat16 2048x2048 matmul GFLOP/s on the benchmark's threads
+   (bfloat16 512x512 on a CPU without bfloat16 kernels, where attnmt's bf16 rows are left out
+   because it runs bf16 requests in float32 there).
 2. Training: attnmt, JoeyNMT 2.3.0 and OpenNMT-py 3.5.1 train the same model (configs/*.yaml)
    for the same number of updates, in rounds whose order alternates (A J O, then O J A, ...)
    so that drift of the machine hits every toolkit alike. Throughput is each toolkit's own
