@@ -22,11 +22,11 @@ and repeating 10 batch shapes instead kept it at 1.5 GiB), so peak RSS creeps up
 few hundred updates (2.4 GiB at 100, 2.9 GiB at 300). Trimming every few updates gives the
 pages back only for them to be faulted in again, the cost this module exists to avoid.
 
-bfloat16 is fast only where oneDNN has kernels for it: CPUs with AVX-512 (emulated, about float32
-speed) or AVX-512 BF16 / AMX (native; 4.2x float32 on our benchmark machine). Elsewhere PyTorch
-falls back to a reference kernel: on an AVX2-only AMD EPYC a 2048x2048 bfloat16 matmul ran at
-0.29 GFLOP/s against 84 GFLOP/s in float32, so a bf16 training run would be hundreds of times
-slower. ``effective_precision`` turns a 'bf16' request into 'fp32' there, with a warning.
+bfloat16 is fast only where oneDNN has kernels for it: CPUs with AVX-512 BF16 or AMX (native;
+4.2x the float32 matmul rate on our benchmark machine) or plain AVX-512 (emulated; not measured
+by us). Elsewhere PyTorch falls back to a slow generic kernel: on an AVX2-only AMD EPYC a
+2048x2048 bfloat16 matmul ran at 0.3 GFLOP/s against 166 GFLOP/s in float32, so a bf16 training
+run would be hundreds of times slower. ``effective_precision`` turns a 'bf16' request into 'fp32' there, with a warning.
 """
 
 from __future__ import annotations
@@ -36,8 +36,6 @@ import ctypes.util
 import logging
 import os
 import sys
-
-import torch
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +73,8 @@ def cpu_bf16_is_fast() -> bool:
     instructions), as reported by PyTorch's ``torch.ops.mkldnn._is_mkldnn_bf16_supported``;
     where that private probe is missing, whether ``torch.backends.cpu.get_cpu_capability()``
     names AVX-512."""
+    import torch
+
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
@@ -95,6 +95,8 @@ def effective_precision(precision: str, what: str = "training") -> str:
     """
     if precision != "bf16" or cpu_bf16_is_fast():
         return precision
+    import torch
+
     if what not in _warned:
         _warned.add(what)
         log.warning("precision bf16 asked for, but this CPU (%s) has no fast bfloat16 matmul kernels, where "
