@@ -13,8 +13,8 @@ import sys
 import pytest
 import torch
 
-from attnmt.config import config_from_dict
 from attnmt import runtime
+from attnmt.config import config_from_dict
 from attnmt.decode.translator import Translator
 from attnmt.train.trainer import train
 

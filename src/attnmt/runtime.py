@@ -26,13 +26,15 @@ bfloat16 is fast only where oneDNN has kernels for it: CPUs with AVX-512 BF16 or
 4.2x the float32 matmul rate on our benchmark machine) or plain AVX-512 (emulated; not measured
 by us). Elsewhere PyTorch falls back to a slow generic kernel: on an AVX2-only AMD EPYC a
 2048x2048 bfloat16 matmul ran at 0.3 GFLOP/s against 166 GFLOP/s in float32, so a bf16 training
-run would be hundreds of times slower. ``effective_precision`` turns a 'bf16' request into 'fp32' there, with a warning.
+run would be hundreds of times slower. ``effective_precision`` turns a 'bf16' request into 'fp32'
+there, with a warning.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 import sys
@@ -68,6 +70,7 @@ def tune_allocator() -> bool:
     return ok
 
 
+@functools.cache
 def cpu_bf16_is_fast() -> bool:
     """Whether this CPU has oneDNN bfloat16 matmul kernels (x86 with AVX-512, or Arm with BF16
     instructions), as reported by PyTorch's ``torch.ops.mkldnn._is_mkldnn_bf16_supported``;

@@ -118,11 +118,11 @@ def _prepare_tokenizers(config: Config, run_dir: Path, src_lines: list[str], tgt
 
 @torch.no_grad()
 def validate(model: Transformer, data: EncodedCorpus, refs: list[str], tgt_tok: Tokenizer, config: Config,
-             with_bleu: bool, precision: str | None = None) -> dict:
+             with_bleu: bool) -> dict:
     """Validation loss and perplexity (teacher forcing) and, with ``with_bleu``, greedy BLEU/chrF.
 
-    ``precision`` ('fp32' or 'bf16' autocast) defaults to ``config.train.precision`` as
-    ``attnmt.runtime.effective_precision`` resolves it on this CPU.
+    Runs at ``config.train.precision`` as ``attnmt.runtime.effective_precision`` resolves it on
+    this CPU (as training does).
 
     Returns:
         {'valid_loss': label-smoothed loss per token, 'valid_ppl': exp(nll per token),
@@ -131,7 +131,7 @@ def validate(model: Transformer, data: EncodedCorpus, refs: list[str], tgt_tok: 
     model.eval()
     total_loss = total_nll = 0.0
     tokens = 0
-    with autocast(precision or effective_precision(config.train.precision, "training")):
+    with autocast(effective_precision(config.train.precision, "training")):
         for idx in token_batches(data.lengths(), config.train.batch_tokens):
             batch = make_batch([data.src[i] for i in idx], [data.tgt[i] for i in idx])
             logits = model(batch.src, batch.tgt_in)
@@ -248,7 +248,7 @@ def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: s
         if valid_data is None:
             result = {"valid_loss": None, "valid_ppl": None, "valid_bleu": None, "valid_chrf": None}
         else:
-            result = validate(model, valid_data, valid_refs, tgt_tok, config, tc.valid_bleu, precision)
+            result = validate(model, valid_data, valid_refs, tgt_tok, config, tc.valid_bleu)
         valid_seconds = time.monotonic() - t0
         key = _selection_key(result, step)
         improved = key > best["key"]
