@@ -12,7 +12,9 @@ from attnmt.train.schedules import constant_lr, inverse_sqrt_lr, learning_rate, 
 
 
 def test_label_smoothed_loss_hand_computed():
+    # states (N, D) = identity rows, so the logits states @ weight.T are weight's columns
     logits = torch.tensor([[0.0, math.log(2.0), math.log(5.0)], [1.0, 1.0, 1.0]])
+    states, weight = torch.eye(2), logits.T.contiguous()  # (N, D), (V, D)
     target = torch.tensor([2, 0])
     eps = 0.1
     # Row 0: p = (1, 2, 5) / 8; row 1: uniform 1/3. The pad id 0 is ignored below.
@@ -20,31 +22,46 @@ def test_label_smoothed_loss_hand_computed():
     lp1 = [math.log(1 / 3)] * 3
     expected_nll = -lp0[2] - lp1[0]
     expected = sum((1 - eps) * -lp[y] + eps * -sum(lp) / 3 for lp, y in ((lp0, 2), (lp1, 0)))
-    loss, nll = label_smoothed_nll_loss(logits, target, eps, ignore_index=-100)
+    loss, nll = label_smoothed_nll_loss(states, weight, target, eps, ignore_index=-100)
     assert nll.item() == pytest.approx(expected_nll, abs=1e-5)
     assert loss.item() == pytest.approx(expected, abs=1e-5)
-    loss_pad, nll_pad = label_smoothed_nll_loss(logits, target, eps, ignore_index=0)  # row 1 is padding
+    loss_pad, nll_pad = label_smoothed_nll_loss(states, weight, target, eps, ignore_index=0)  # row 1 is padding
     assert nll_pad.item() == pytest.approx(-lp0[2], abs=1e-5)
     assert loss_pad.item() == pytest.approx((1 - eps) * -lp0[2] + eps * -sum(lp0) / 3, abs=1e-5)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_fast_gradient_equals_autograd_reference(dtype):
+@pytest.mark.parametrize("autocast", [False, True])
+def test_chunked_loss_and_gradients_equal_autograd_reference(autocast):
     torch.manual_seed(0)
-    logits = torch.randn(2500, 37).to(dtype)  # more rows than one chunk
+    states = torch.randn(2500, 16)  # (N, D): more rows than one chunk
+    weight = torch.randn(37, 16)  # (V, D)
     target = torch.randint(0, 37, (2500,))
     target[::7] = 0
-    a = logits.clone().requires_grad_()
-    b = logits.clone().requires_grad_()
-    la, na = label_smoothed_nll_loss(a, target, 0.1, 0)
-    lb, nb = label_smoothed_nll_loss_reference(b, target, 0.1, 0)
-    (la + 0.5 * na).backward()
-    (lb + 0.5 * nb).backward()
+    h1, w1 = states.clone().requires_grad_(), weight.clone().requires_grad_()
+    h2, w2 = states.clone().requires_grad_(), weight.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        la, na = label_smoothed_nll_loss(h1, w1, target, 0.1, 0)
+        lb, nb = label_smoothed_nll_loss_reference(h2 @ w2.T, target, 0.1, 0)  # bf16 logits under autocast
+    (0.25 * la).backward()
+    (0.25 * lb).backward()
     assert la.item() == pytest.approx(lb.item(), rel=1e-5)
     assert na.item() == pytest.approx(nb.item(), rel=1e-5)
-    tol = 1e-6 if dtype == torch.float32 else 1e-2
-    assert torch.allclose(a.grad.float(), b.grad.float(), atol=tol)
-    assert torch.all(a.grad[::7] == 0)
+    assert not na.requires_grad
+    tol = 1e-6 if not autocast else 2e-2
+    assert h1.grad.dtype == w1.grad.dtype == torch.float32
+    assert torch.allclose(h1.grad, h2.grad, atol=tol, rtol=1e-3)
+    assert torch.allclose(w1.grad, w2.grad, atol=10 * tol, rtol=1e-2)
+    assert torch.all(h1.grad[::7] == 0)  # padding rows get no gradient
+
+
+def test_loss_without_gradients_does_no_gradient_work():
+    states, weight = torch.randn(10, 4, requires_grad=True), torch.randn(6, 4, requires_grad=True)
+    target = torch.randint(1, 6, (10,))
+    with torch.no_grad():
+        loss, _ = label_smoothed_nll_loss(states, weight, target, 0.1, 0)
+    reference, _ = label_smoothed_nll_loss_reference(states @ weight.T, target, 0.1, 0)
+    assert loss.grad_fn is None
+    assert loss.item() == pytest.approx(reference.item(), rel=1e-6)
 
 
 def test_noam_schedule_values():

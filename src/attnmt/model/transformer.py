@@ -112,6 +112,15 @@ class Decoder(nn.Module):
         cache: DecoderCache | None = None, need_weights: bool = False,
     ) -> DecoderOutput:
         """tgt_in: (B, T) ids (with a cache, only the new positions); memory: (B, S, D)."""
+        states, self_ws, src_ws = self.states(tgt_in, memory, src_mask, cache, need_weights)
+        return DecoderOutput(self.output_projection(states), self_ws, src_ws)
+
+    def states(
+        self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
+        cache: DecoderCache | None = None, need_weights: bool = False,
+    ) -> tuple[torch.Tensor, list[torch.Tensor] | None, list[torch.Tensor] | None]:
+        """The final states (B, T, D), before the output projection, and the attention weights
+        of :class:`DecoderOutput` when asked (else None)."""
         offset = cache.step if cache is not None else 0
         x = self.dropout(self.embedding(tgt_in) + self.positions(tgt_in.size(1), offset))  # (B, T, D)
         self_ws: list[torch.Tensor] | None = [] if need_weights else None
@@ -123,7 +132,7 @@ class Decoder(nn.Module):
                 src_ws.append(src_w)
         if cache is not None:
             cache.step += tgt_in.size(1)
-        return DecoderOutput(self.output_projection(self.final_norm(x)), self_ws, src_ws)
+        return self.final_norm(x), self_ws, src_ws
 
 
 class Transformer(nn.Module):
@@ -161,8 +170,14 @@ class Transformer(nn.Module):
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Logits (B, T, V) of the next target token at every position, from src (B, S) and
         tgt_in (B, T) = BOS + target."""
+        return self.decoder.output_projection(self.decoder_states(src, tgt_in))
+
+    def decoder_states(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """The decoder's final states (B, T, D), the input of the output projection: training
+        computes its loss from these and ``decoder.output_projection.weight`` (V, D) in row
+        chunks, never holding the (B, T, V) logits (``attnmt.train.losses``)."""
         memory, src_mask, _ = self.encode(src)
-        return self.decode(tgt_in, memory, src_mask).logits
+        return self.decoder.states(tgt_in, memory, src_mask)[0]
 
     def init_cache(self) -> DecoderCache:
         """An empty incremental-decoding state for :meth:`decode_step`."""

@@ -9,9 +9,16 @@ Positions whose label is the padding id contribute nothing. The paper uses epsil
 
 The gradient with respect to the logits has a closed form,
     d loss / d logits = softmax(logits) - (1 - epsilon) * onehot(y) - epsilon / V,
-which a custom autograd function computes in one pass instead of autograd's chain of
-log-softmax, gather and mean backward passes over the (N, V) logits (the largest tensor of a
-training step). A test checks it against autograd on the plain formula.
+and the logits are ``states @ W.T`` (the output projection, W of shape (V, D)). The (N, V)
+logits are the largest tensors of a training step (125 MiB in float32 for a 4096-token batch
+over 8000 pieces, and their gradient as much again), so :func:`label_smoothed_nll_loss` takes
+the projection's input and weight instead of the logits and works in chunks of rows: for each
+chunk it computes the logits, the loss and, in the same pass, the closed-form gradient, which
+it multiplies straight into the gradients of the states (N, D) and of W (V, D). Only those two
+small gradients are kept for the backward pass, which scales them by the incoming gradient.
+Against autograd over the whole logits this gives the same values with less peak memory and
+no slower (figures in ``benchmarks/RESULTS.md``). A test checks values and gradients against
+the plain formula with autograd.
 """
 
 from __future__ import annotations
@@ -30,60 +37,73 @@ def label_smoothed_nll_loss_reference(
     return (loss * keep).sum(), (nll * keep).sum()
 
 
-_CHUNK_ROWS = 1024  # rows of logits processed at once: float32 temporaries stay <= 1024 x V
+_CHUNK_ROWS = 1024  # rows of logits computed at once: float32 temporaries stay <= 1024 x V
 
 
-class _LabelSmoothedCrossEntropy(torch.autograd.Function):
-    """Forward and closed-form backward, over row chunks so that float32 temporaries stay small
-    and equally sized from step to step (the allocator then reuses them instead of growing)."""
+class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
+    """Forward and, when asked, the gradients in one chunked pass (see the module docstring)."""
 
     @staticmethod
-    def forward(ctx, logits, target, epsilon, ignore_index):
-        keep = (target != ignore_index).float()  # (N,)
-        safe_target = target.masked_fill(target == ignore_index, 0)
-        lse = torch.empty(logits.size(0), dtype=torch.float32, device=logits.device)  # (N,)
-        loss_sum = torch.zeros((), dtype=torch.float32, device=logits.device)
-        nll_sum = torch.zeros((), dtype=torch.float32, device=logits.device)
-        for i in range(0, logits.size(0), _CHUNK_ROWS):
-            x = logits[i: i + _CHUNK_ROWS].float()  # (n, V)
-            lse_c = torch.logsumexp(x, dim=-1)  # (n,)
-            nll = lse_c - x.gather(-1, safe_target[i: i + _CHUNK_ROWS, None]).squeeze(-1)  # (n,)
-            smooth = lse_c - x.mean(dim=-1)  # (n,)
-            k = keep[i: i + _CHUNK_ROWS]
-            loss_sum += (((1.0 - epsilon) * nll + epsilon * smooth) * k).sum()
-            nll_sum += (nll * k).sum()
-            lse[i: i + _CHUNK_ROWS] = lse_c
-        ctx.save_for_backward(logits, lse, safe_target, keep)
-        ctx.epsilon = epsilon
+    def forward(ctx, states, weight, target, epsilon, ignore_index, with_grad):
+        device = states.device.type
+        # Under autocast the projection runs in the autocast dtype (as nn.Linear would); the
+        # logits' softmax, loss and gradient are computed in float32.
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else states.dtype
+        with torch.autocast(device, enabled=False):
+            h, w = states.to(dtype), weight.to(dtype)  # (N, D), (V, D)
+            keep = (target != ignore_index).float()  # (N,)
+            safe_target = target.masked_fill(target == ignore_index, 0)[:, None]  # (N, 1)
+            vocab = w.size(0)
+            loss_sum = torch.zeros((), dtype=torch.float32, device=states.device)
+            nll_sum = torch.zeros((), dtype=torch.float32, device=states.device)
+            grad_states = torch.empty(h.shape, dtype=torch.float32, device=states.device) if with_grad else None
+            grad_weight = torch.zeros(w.shape, dtype=torch.float32, device=states.device) if with_grad else None
+            for i in range(0, h.size(0), _CHUNK_ROWS):
+                rows = slice(i, i + _CHUNK_ROWS)
+                x = (h[rows] @ w.T).float()  # logits (n, V)
+                lse = torch.logsumexp(x, dim=-1)  # (n,)
+                nll = lse - x.gather(-1, safe_target[rows]).squeeze(-1)  # (n,)
+                smooth = lse - x.mean(dim=-1)  # (n,)
+                k = keep[rows]  # (n,)
+                loss_sum += (((1.0 - epsilon) * nll + epsilon * smooth) * k).sum()
+                nll_sum += (nll * k).sum()
+                if with_grad:
+                    g = x.sub_(lse[:, None]).exp_()  # softmax (n, V), in place of the logits
+                    g.mul_(k[:, None]).sub_(k[:, None] * (epsilon / vocab))
+                    g.scatter_add_(-1, safe_target[rows], k[:, None] * -(1.0 - epsilon))
+                    g = g.to(dtype)  # d loss / d logits (n, V)
+                    grad_states[rows] = g @ w  # (n, D)
+                    grad_weight.add_(g.T @ h[rows])  # (V, D)
+        ctx.save_for_backward(grad_states, grad_weight)
+        ctx.dtypes = (states.dtype, weight.dtype)
+        ctx.mark_non_differentiable(nll_sum)
         return loss_sum, nll_sum
 
     @staticmethod
     def backward(ctx, g_loss, g_nll):
-        logits, lse, target, keep = ctx.saved_tensors
-        eps, vocab = ctx.epsilon, logits.size(-1)
-        g_loss = g_loss if g_loss is not None else torch.zeros((), device=logits.device)
-        g_nll = g_nll if g_nll is not None else torch.zeros((), device=logits.device)
-        grad_logits = torch.empty_like(logits)  # (N, V)
-        for i in range(0, logits.size(0), _CHUNK_ROWS):
-            row = keep[i: i + _CHUNK_ROWS, None]  # (n, 1)
-            g = torch.exp(logits[i: i + _CHUNK_ROWS].float() - lse[i: i + _CHUNK_ROWS, None])  # softmax (n, V)
-            g.mul_(row * (g_loss + g_nll)).sub_(row * (g_loss * eps / vocab))
-            g.scatter_add_(-1, target[i: i + _CHUNK_ROWS, None], -row * (g_loss * (1.0 - eps) + g_nll))
-            grad_logits[i: i + _CHUNK_ROWS] = g
-        return grad_logits, None, None, None
+        grad_states, grad_weight = ctx.saved_tensors
+        return ((grad_states * g_loss).to(ctx.dtypes[0]), (grad_weight * g_loss).to(ctx.dtypes[1]),
+                None, None, None, None)
 
 
 def label_smoothed_nll_loss(
-    logits: torch.Tensor, target: torch.Tensor, epsilon: float, ignore_index: int
+    states: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, epsilon: float, ignore_index: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed label-smoothed loss and summed plain negative log-likelihood.
+    """Summed label-smoothed loss and summed plain negative log-likelihood of the logits
+    ``states @ weight.T``, computed without holding all the logits (module docstring).
 
     Args:
-        logits: (N, V) any float dtype (computed in float32).
+        states: (N, D) float, the output projection's input (``Transformer.decoder_states``
+            flattened); under CPU/CUDA autocast the projection runs in the autocast dtype.
+        weight: (V, D) float, the output projection's weight (``decoder.output_projection.weight``).
         target: (N,) int64 labels; ``ignore_index`` entries are skipped.
         epsilon: smoothing mass in [0, 1).
     Returns:
         (loss, nll): float32 scalars, sums over non-ignored positions (divide by their count
-        for a mean; exp(nll / count) is the perplexity). Both are differentiable.
+        for a mean; exp(nll / count) is the perplexity). ``loss`` is differentiable with respect
+        to ``states`` and ``weight`` (once: no double backward); ``nll`` is not (it is reported,
+        not trained on). When gradients are off or neither input requires them, no gradient
+        work is done.
     """
-    return _LabelSmoothedCrossEntropy.apply(logits, target, epsilon, ignore_index)
+    with_grad = torch.is_grad_enabled() and (states.requires_grad or weight.requires_grad)
+    return _ProjectedLabelSmoothedLoss.apply(states, weight, target, epsilon, ignore_index, with_grad)

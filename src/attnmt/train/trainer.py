@@ -134,9 +134,9 @@ def validate(model: Transformer, data: EncodedCorpus, refs: list[str], tgt_tok: 
     with autocast(effective_precision(config.train.precision, "training")):
         for idx in token_batches(data.lengths(), config.train.batch_tokens):
             batch = make_batch([data.src[i] for i in idx], [data.tgt[i] for i in idx])
-            logits = model(batch.src, batch.tgt_in)
-            loss, nll = label_smoothed_nll_loss(logits.flatten(0, 1), batch.tgt_out.flatten(),
-                                                config.train.label_smoothing, PAD_ID)
+            states = model.decoder_states(batch.src, batch.tgt_in)  # (B, T, D)
+            loss, nll = label_smoothed_nll_loss(states.flatten(0, 1), model.decoder.output_projection.weight,
+                                                batch.tgt_out.flatten(), config.train.label_smoothing, PAD_ID)
             total_loss += loss.item()
             total_nll += nll.item()
             tokens += batch.num_tgt_tokens
@@ -292,9 +292,9 @@ def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: s
             step_loss = step_nll = 0.0
             for b in built:
                 with autocast(precision):
-                    logits = model(b.src, b.tgt_in)  # (B, T, V)
-                    loss, nll = label_smoothed_nll_loss(logits.flatten(0, 1), b.tgt_out.flatten(),
-                                                        tc.label_smoothing, PAD_ID)
+                    states = model.decoder_states(b.src, b.tgt_in)  # (B, T, D)
+                    loss, nll = label_smoothed_nll_loss(states.flatten(0, 1), model.decoder.output_projection.weight,
+                                                        b.tgt_out.flatten(), tc.label_smoothing, PAD_ID)
                 (loss / n_tokens).backward()
                 step_loss += loss.item()
                 step_nll += nll.item()

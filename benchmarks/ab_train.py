@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Did a change move attnmt's training speed or memory? The working tree against a git revision.
+
+Trains the suite's attnmt setting (benchmarks/configs/attnmt.yaml: Multi30k de->en, d_model 256,
+3+3 layers, joint SentencePiece unigram 8000, 4096-token batches) for ``--updates`` updates,
+once with the code of ``--base`` (a git revision, checked out as a worktree under
+``benchmarks/work/ab/``) and once with the working tree, alternating ``--rounds`` times in fresh
+``attnmt train`` processes, and prints for each run: target tokens/s (the suite's measure:
+logged windows after the first), peak RSS of the process tree (GiB, sampled every 0.1 s as the
+suite does), and the validation perplexity at the end (equal for a change that keeps the math).
+
+    .venv/bin/python benchmarks/ab_train.py --base HEAD~1 --updates 150 --precision fp32
+
+Not part of the suite (it does not touch RESULTS.md): it is the before/after check for one
+change, as the commit messages and the README's Speed section quote it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import string
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from bench import combine_windows, run  # noqa: E402  (the suite's process runner and rate)
+
+LOG_EVERY = 25
+
+
+def worktree(rev: str, work: Path) -> tuple[str, Path]:
+    """A checkout of ``rev`` under ``work`` (made once per commit)."""
+    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    path = work / f"base-{sha}"
+    if not (path / "src" / "attnmt").is_dir():
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--force", "--detach", str(path), sha], check=True)
+    return sha, path
+
+
+def plain_data(data_dir: Path, work: Path) -> Path:
+    """Plain-text copies of the Multi30k train and val splits (de, en)."""
+    out = work / "data"
+    out.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "val"):
+        for lang in ("de", "en"):
+            dst = out / f"{split}.{lang}"
+            if not dst.exists():
+                with gzip.open(data_dir / "multi30k" / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+                    dst.write_text(f.read(), encoding="utf-8")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--base", default="HEAD", help="git revision to compare the working tree with (default HEAD)")
+    ap.add_argument("--updates", type=int, default=150)
+    ap.add_argument("--warmup", type=int, default=200, help="learning-rate warmup steps, as in the suite")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--data-dir", default=os.environ.get("ATTNMT_DATA", "/work/shared/data"),
+                    help="folder holding multi30k/{train,val}.{de,en}.gz (default $ATTNMT_DATA)")
+    args = ap.parse_args()
+    work = HERE / "work" / "ab"
+    sha, base_tree = worktree(args.base, work)
+    data = plain_data(Path(args.data_dir), work)
+    cfg = work / f"attnmt-{args.precision}-{args.updates}.yaml"
+    cfg.write_text(string.Template((HERE / "configs" / "attnmt.yaml").read_text(encoding="utf-8")).substitute(
+        data=data, updates=args.updates, warmup=args.warmup, precision=args.precision, threads=args.threads,
+        log_every=LOG_EVERY, decode_batch=128), encoding="utf-8")
+    trees = {f"base {sha}": base_tree / "src", "working tree": ROOT / "src"}
+    print(f"{'code':<14} {'round':>5} {'tgt tok/s':>9} {'peak RSS GiB':>12} {'valid ppl':>9}", flush=True)
+    for rnd in range(args.rounds):
+        for label in list(trees) if rnd % 2 == 0 else list(trees)[::-1]:
+            out = work / "runs" / f"{label.split()[0]}-{rnd}"
+            shutil.rmtree(out, ignore_errors=True)
+            p = run([sys.executable, "-m", "attnmt", "train", str(cfg), "--output", str(out)], out.with_suffix(".log"),
+                    env={"PYTHONPATH": str(trees[label])})
+            records = [json.loads(ln) for ln in (out / "train_log.jsonl").read_text(encoding="utf-8").splitlines()]
+            rate = combine_windows([(r["step"], r["tgt_tokens_per_s"]) for r in records if r["kind"] == "train"],
+                                   LOG_EVERY)
+            valid = [r["valid_ppl"] for r in records if r["kind"] == "valid"]
+            print(f"{label:<14} {rnd + 1:>5} {rate:>9,.0f} {p.peak_rss / 2**30:>12.2f} {valid[-1]:>9.3f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
