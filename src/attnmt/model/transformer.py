@@ -3,7 +3,8 @@
 Read top-down: ``Transformer.forward`` = ``decode(encode(src), tgt_in)``. The encoder is a stack
 of N ``EncoderLayer``s over scaled embeddings plus positions; the decoder a stack of N
 ``DecoderLayer``s, then a linear projection to vocabulary logits. Search code uses
-``encode``, ``init_cache`` and ``decode_step`` (one new target position per call).
+``encode``, ``init_cache`` and ``decode_step`` (one new target position per call); training
+uses ``decoder_states`` (the projection's input), as its loss applies the projection itself.
 
 Embeddings are multiplied by sqrt(d_model) (section 3.4). With a joint vocabulary, source and
 target embeddings can be shared (``share_embeddings``), and the output projection shares the
