@@ -17,9 +17,12 @@ chunk it computes the logits, the loss and, in the same pass, the closed-form gr
 it multiplies straight into the gradients of the states (N, D) and of W (V, D). Only those two
 small gradients are kept for the backward pass, which scales them by the incoming gradient.
 Against autograd over the whole logits this gives the same values with less memory at the
-same speed: float32 training of the benchmark setting peaked at 1.43-1.46 GiB instead of
-1.76-1.81 GiB (``benchmarks/ab_train.py --updates 150``, AVX2 CPU, 2026-11-23). A test checks
-values and gradients against the plain formula with autograd.
+same speed: 150 float32 updates of the benchmark setting peaked at 1.43 and 1.46 GiB instead
+of 1.81 and 1.76 (two alternating rounds against the logits version, AVX2 CPU, 2026-11-23;
+300 updates with the single glibc arena of ``attnmt.runtime``: 1.50 instead of 1.79 GiB,
+``benchmarks/ab_train.py --base 6d0ee9e --updates 300 --rounds 1``). On a real batch of that
+setting the gradients of both versions differ by 8e-6 of their norm (float32 rounding). A test
+checks values and gradients against the plain formula with autograd.
 """
 
 from __future__ import annotations
