@@ -18,11 +18,9 @@ change, as the commit messages and the README's Speed section quote it.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import shutil
-import string
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from bench import combine_windows, run  # noqa: E402  (the suite's process runner and rate)
+from bench import combine_windows, fill_template, plain_splits, run  # noqa: E402  (the suite's helpers)
 
 LOG_EVERY = 25
 
@@ -43,19 +41,6 @@ def worktree(rev: str, work: Path) -> tuple[str, Path]:
     if not (path / "src" / "attnmt").is_dir():
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--force", "--detach", str(path), sha], check=True)
     return sha, path
-
-
-def plain_data(data_dir: Path, work: Path) -> Path:
-    """Plain-text copies of the Multi30k train and val splits (de, en)."""
-    out = work / "data"
-    out.mkdir(parents=True, exist_ok=True)
-    for split in ("train", "val"):
-        for lang in ("de", "en"):
-            dst = out / f"{split}.{lang}"
-            if not dst.exists():
-                with gzip.open(data_dir / "multi30k" / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-                    dst.write_text(f.read(), encoding="utf-8")
-    return out
 
 
 def main() -> int:
@@ -71,11 +56,12 @@ def main() -> int:
     args = ap.parse_args()
     work = HERE / "work" / "ab"
     sha, base_tree = worktree(args.base, work)
-    data = plain_data(Path(args.data_dir), work)
+    data = work / "data"
+    plain_splits(Path(args.data_dir) / "multi30k", data, ("train", "val"))
     cfg = work / f"attnmt-{args.precision}-{args.updates}.yaml"
-    cfg.write_text(string.Template((HERE / "configs" / "attnmt.yaml").read_text(encoding="utf-8")).substitute(
-        data=data, updates=args.updates, warmup=args.warmup, precision=args.precision, threads=args.threads,
-        log_every=LOG_EVERY, decode_batch=128), encoding="utf-8")
+    cfg.write_text(fill_template("attnmt.yaml", data=data, updates=args.updates, warmup=args.warmup,
+                                 precision=args.precision, threads=args.threads, log_every=LOG_EVERY,
+                                 decode_batch=128), encoding="utf-8")
     trees = {f"base {sha}": base_tree / "src", "working tree": ROOT / "src"}
     print(f"{'code':<14} {'round':>5} {'tgt tok/s':>9} {'peak RSS GiB':>12} {'valid ppl':>9}", flush=True)
     for rnd in range(args.rounds):

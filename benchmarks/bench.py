@@ -202,12 +202,16 @@ class Setting:
         return self.work / "runs"
 
     def fill(self, template: str, dest: Path, updates: int | None = None, **extra) -> Path:
-        text = string.Template((HERE / "configs" / template).read_text(encoding="utf-8")).substitute(
-            data=self.data, updates=updates or self.updates, warmup=self.warmup, threads=self.threads,
-            log_every=self.log_every, decode_batch=self.decode_batch, **extra)
+        text = fill_template(template, data=self.data, updates=updates or self.updates, warmup=self.warmup,
+                             threads=self.threads, log_every=self.log_every, decode_batch=self.decode_batch, **extra)
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(text, encoding="utf-8")
         return dest
+
+
+def fill_template(template: str, **values) -> str:
+    """The text of ``configs/<template>`` with its ``$name`` placeholders filled from ``values``."""
+    return string.Template((HERE / "configs" / template).read_text(encoding="utf-8")).substitute(**values)
 
 
 def peer_venv(work_root: Path, toolkit: str) -> Path:
@@ -216,22 +220,27 @@ def peer_venv(work_root: Path, toolkit: str) -> Path:
 
 # ----------------------------------------------------------------------------- data
 
-def prepare_data(s: Setting) -> dict:
-    """Plain-text copies of the splits and one joint SentencePiece model (attnmt's settings:
-    unigram, 8000 pieces, character coverage 1.0), shared by every toolkit."""
-    s.data.mkdir(parents=True, exist_ok=True)
-    for split in ("train", "val", "test_2016_flickr"):
+def plain_splits(data_src: Path, dest: Path, splits: tuple[str, ...], test_lines: int = 0) -> None:
+    """Plain-text copies ``dest/{split}.{de,en}`` of ``data_src/{split}.{de,en}.gz`` (test splits
+    are named ``test``; with ``test_lines`` only their first lines), made once."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for split in splits:
         for lang in ("de", "en"):
-            src = s.data_src / f"{split}.{lang}.gz"
-            dst = s.data / f"{'test' if split.startswith('test') else split}.{lang}"
+            dst = dest / f"{'test' if split.startswith('test') else split}.{lang}"
             if not dst.exists():
-                with gzip.open(src, "rt", encoding="utf-8") as f:
+                with gzip.open(data_src / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
                     lines = f.read().split("\n")
                 if lines and lines[-1] == "":
                     lines.pop()
-                if split.startswith("test") and s.test_lines:
-                    lines = lines[: s.test_lines]
+                if split.startswith("test") and test_lines:
+                    lines = lines[: test_lines]
                 dst.write_text("".join(ln + "\n" for ln in lines), encoding="utf-8")
+
+
+def prepare_data(s: Setting) -> dict:
+    """Plain-text copies of the splits and one joint SentencePiece model (attnmt's settings:
+    unigram, 8000 pieces, character coverage 1.0), shared by every toolkit."""
+    plain_splits(s.data_src, s.data, ("train", "val", "test_2016_flickr"), s.test_lines)
     spm_path = s.data / "spm.model"
     from attnmt.data.tokenizers import Tokenizer
 

@@ -18,13 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import string
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bench import fill_template  # noqa: E402  (the suite's config templates)
 
 
 def one_run(mode: str, precision: str, warmup: int, steps: int, data_dir: Path, threads: int) -> dict:
@@ -42,9 +43,9 @@ def one_run(mode: str, precision: str, warmup: int, steps: int, data_dir: Path, 
     tune_allocator()
     torch.set_num_threads(threads)
     torch.manual_seed(1)
-    # The suite's template, filled as bench.py's Setting.fill does (only the model section is used).
-    text = string.Template((HERE / "configs/attnmt.yaml").read_text(encoding="utf-8")).substitute(
-        data=".", updates=1, warmup=1, precision=precision, threads=threads, log_every=1, decode_batch=1)
+    # The suite's template (only the model section is used).
+    text = fill_template("attnmt.yaml", data=".", updates=1, warmup=1, precision=precision, threads=threads,
+                         log_every=1, decode_batch=1)
     cfg = config_from_dict(yaml.safe_load(text))
     src, tgt = read_parallel(*dataset_pair_files("multi30k", "de-en", "train", str(data_dir)))
     tok = Tokenizer.train(src + tgt, vocab_size=8000, model_type="unigram")

@@ -24,7 +24,7 @@ import torch
 from tqdm import tqdm
 
 from attnmt.config import Config, save_config
-from attnmt.data.batching import make_batch, token_batches
+from attnmt.data.batching import Batch, make_batch, token_batches
 from attnmt.data.corpus import EncodedCorpus, dataset_pair_files, encode_corpus, read_parallel
 from attnmt.data.tokenizers import PAD_ID, Tokenizer
 from attnmt.decode.greedy import greedy_search
@@ -116,6 +116,14 @@ def _prepare_tokenizers(config: Config, run_dir: Path, src_lines: list[str], tgt
     return src_tok, tgt_tok
 
 
+def batch_loss(model: Transformer, batch: Batch, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed label-smoothed loss and summed NLL of one teacher-forced batch (float32 scalars,
+    ``attnmt.train.losses.label_smoothed_nll_loss`` on the decoder states and output weight)."""
+    states = model.decoder_states(batch.src, batch.tgt_in)  # (B, T, D)
+    return label_smoothed_nll_loss(states.flatten(0, 1), model.decoder.output_projection.weight,
+                                   batch.tgt_out.flatten(), label_smoothing, PAD_ID)
+
+
 @torch.no_grad()
 def validate(model: Transformer, data: EncodedCorpus, refs: list[str], tgt_tok: Tokenizer, config: Config,
              with_bleu: bool) -> dict:
@@ -134,9 +142,7 @@ def validate(model: Transformer, data: EncodedCorpus, refs: list[str], tgt_tok: 
     with autocast(effective_precision(config.train.precision, "training")):
         for idx in token_batches(data.lengths(), config.train.batch_tokens):
             batch = make_batch([data.src[i] for i in idx], [data.tgt[i] for i in idx])
-            states = model.decoder_states(batch.src, batch.tgt_in)  # (B, T, D)
-            loss, nll = label_smoothed_nll_loss(states.flatten(0, 1), model.decoder.output_projection.weight,
-                                                batch.tgt_out.flatten(), config.train.label_smoothing, PAD_ID)
+            loss, nll = batch_loss(model, batch, config.train.label_smoothing)
             total_loss += loss.item()
             total_nll += nll.item()
             tokens += batch.num_tgt_tokens
@@ -292,9 +298,7 @@ def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: s
             step_loss = step_nll = 0.0
             for b in built:
                 with autocast(precision):
-                    states = model.decoder_states(b.src, b.tgt_in)  # (B, T, D)
-                    loss, nll = label_smoothed_nll_loss(states.flatten(0, 1), model.decoder.output_projection.weight,
-                                                        b.tgt_out.flatten(), tc.label_smoothing, PAD_ID)
+                    loss, nll = batch_loss(model, b, tc.label_smoothing)
                 (loss / n_tokens).backward()
                 step_loss += loss.item()
                 step_nll += nll.item()
