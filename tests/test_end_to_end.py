@@ -88,6 +88,28 @@ def test_copy_task_translated_exactly(copy_run):
         assert exact >= 18, (beam, [(o, s) for o, s in zip(out, held_out) if o != s])  # 90% copied exactly
 
 
+def test_decoder_attention_path_follows_the_timing(copy_run, monkeypatch):
+    # fp32 on CPU: the encoder uses the fused kernel, the decoder whichever path
+    # attention.fused_is_faster measured as faster; bf16 uses the explicit formula everywhere.
+    from attnmt.decode import translator
+    from attnmt.model.attention import MultiHeadAttention
+
+    run_dir, _, _ = copy_run
+    tr = Translator.from_dir(run_dir)
+    held_out = _sentences(random.Random(7), 6)
+
+    def flags(part):
+        return {m.fused for m in part.modules() if isinstance(m, MultiHeadAttention)}
+
+    outputs = []
+    for faster in (True, False):
+        monkeypatch.setattr(translator, "fused_is_faster", lambda *a, faster=faster, **k: faster)
+        tr.set_precision("fp32")
+        assert flags(tr.model.encoder) == {True} and flags(tr.model.decoder) == {faster}
+        outputs.append([t.text for t in tr.translate(held_out, beam_size=4)])
+    assert outputs[0] == outputs[1]
+
+
 def test_bf16_without_fast_kernels_runs_in_fp32(copy_run, monkeypatch, caplog):
     # The run above asked for bf16: its log records what it ran at on this CPU.
     run_dir, _, _ = copy_run

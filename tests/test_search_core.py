@@ -122,3 +122,26 @@ def test_hypothesis_scores_are_consistent():
     for h in beam_search(model, src, beam_size=4, alpha=0.6, nbest=3)[0]:
         assert sum(h.token_log_probs) == pytest.approx(h.log_prob, abs=1e-4)
         assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens), 0.6, 5.0), abs=1e-4)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_fused_and_explicit_attention_give_the_same_search(beam_size):
+    # The translator may pick either path for the decoder (attention.fused_is_faster): the
+    # cached steps, with source keys/values shared by each sentence's beams, must agree.
+    from attnmt.model.attention import MultiHeadAttention
+
+    model = tiny_model(seed=5, vocab=40)
+    torch.manual_seed(2)
+    src = torch.randint(4, 40, (3, 8))
+    src[:, -1] = EOS_ID
+    src[2, 4:] = PAD_ID
+    src[2, 3] = EOS_ID
+    results = []
+    for fused in (True, False):
+        for module in model.modules():
+            if isinstance(module, MultiHeadAttention):
+                module.fused = fused
+        results.append(beam_search(model, src, beam_size=beam_size, max_len_a=1.0, max_len_b=6, nbest=beam_size))
+    for fused_hyps, explicit_hyps in zip(*results):
+        assert [h.tokens for h in fused_hyps] == [h.tokens for h in explicit_hyps]
+        assert [h.log_prob for h in fused_hyps] == pytest.approx([h.log_prob for h in explicit_hyps], abs=1e-4)

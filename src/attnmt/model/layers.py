@@ -124,6 +124,8 @@ class DecoderLayer(nn.Module):
             else:
                 k, v = self.src_attn.project_kv(memory)  # (B_src, H, S, Dh)
                 if cache is not None:
+                    # Contiguous once, not copied by every step's matmuls (kv_proj's halves are strided views).
+                    k, v = k.contiguous(), v.contiguous()
                     cache.cross_k, cache.cross_v = k, v
             group = h.size(0) // k.size(0)
             if group == 1:
