@@ -77,11 +77,11 @@ def fused_attention(
 def fused_is_faster(rows: int, group: int, num_heads: int, head_dim: int, keys: int = 16,
                     dtype: torch.dtype = torch.float32) -> bool:
     """Whether ``fused_attention`` beats the explicit formula on this CPU, at this thread count,
-    for the attention of one incremental decoding step, timed on random tensors (~50 ms, once
+    for the attention of one incremental decoding step, timed on random tensors (~0.1 s, once
     per argument set and thread count).
 
     Which one wins depends on the CPU: for one-query steps the fused kernel was ~5x faster in
-    float32 on the AVX-512 machine of our benchmarks, but on an AVX2-only AMD EPYC (2 threads)
+    float32 on the AVX-512 machine of an earlier benchmark, but on an AVX2-only AMD EPYC (2 threads)
     it was 2.2x slower for 640 one-query rows over 16 keys and 5x slower for 128 sources with 5
     queries each, and the explicit path in the decoder made beam-5 translation of test_2016
     faster by a tenth (4 alternating rounds in one process: 14.0-15.6 s against 16.5-17.8 s,
