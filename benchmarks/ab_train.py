@@ -43,38 +43,51 @@ def worktree(rev: str, work: Path) -> tuple[str, Path]:
     return sha, path
 
 
+def add_ab_arguments(ap: argparse.ArgumentParser, rounds: int) -> None:
+    """The options every before/after check has: --base, --rounds, --threads."""
+    ap.add_argument("--base", default="HEAD", help="git revision to compare the working tree with (default HEAD)")
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--threads", type=int, default=2)
+
+
+def ab_runs(base: str, rounds: int, work: Path):
+    """The runs of a before/after check, in order: (round, label, folder to put on PYTHONPATH)
+    for the code of ``base`` (a worktree under ``work``) and the working tree, alternating which
+    goes first from one round to the next."""
+    sha, base_tree = worktree(base, work)
+    trees = {f"base {sha}": base_tree / "src", "working tree": ROOT / "src"}
+    for rnd in range(rounds):
+        for label in list(trees) if rnd % 2 == 0 else list(trees)[::-1]:
+            yield rnd, label, trees[label]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--base", default="HEAD", help="git revision to compare the working tree with (default HEAD)")
+    add_ab_arguments(ap, rounds=2)
     ap.add_argument("--updates", type=int, default=150)
     ap.add_argument("--warmup", type=int, default=200, help="learning-rate warmup steps, as in the suite")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--data-dir", default=os.environ.get("ATTNMT_DATA", "/work/shared/data"),
                     help="folder holding multi30k/{train,val}.{de,en}.gz (default $ATTNMT_DATA)")
     args = ap.parse_args()
     work = HERE / "work" / "ab"
-    sha, base_tree = worktree(args.base, work)
     data = work / "data"
     plain_splits(Path(args.data_dir) / "multi30k", data, ("train", "val"))
     cfg = work / f"attnmt-{args.precision}-{args.updates}.yaml"
     cfg.write_text(fill_template("attnmt.yaml", data=data, updates=args.updates, warmup=args.warmup,
                                  precision=args.precision, threads=args.threads, log_every=LOG_EVERY,
                                  decode_batch=128), encoding="utf-8")
-    trees = {f"base {sha}": base_tree / "src", "working tree": ROOT / "src"}
     print(f"{'code':<14} {'round':>5} {'tgt tok/s':>9} {'peak RSS GiB':>12} {'valid ppl':>9}", flush=True)
-    for rnd in range(args.rounds):
-        for label in list(trees) if rnd % 2 == 0 else list(trees)[::-1]:
-            out = work / "runs" / f"{label.split()[0]}-{rnd}"
-            shutil.rmtree(out, ignore_errors=True)
-            p = run([sys.executable, "-m", "attnmt", "train", str(cfg), "--output", str(out)], out.with_suffix(".log"),
-                    env={"PYTHONPATH": str(trees[label])})
-            records = [json.loads(ln) for ln in (out / "train_log.jsonl").read_text(encoding="utf-8").splitlines()]
-            rate = combine_windows([(r["step"], r["tgt_tokens_per_s"]) for r in records if r["kind"] == "train"],
-                                   LOG_EVERY)
-            valid = [r["valid_ppl"] for r in records if r["kind"] == "valid"]
-            print(f"{label:<14} {rnd + 1:>5} {rate:>9,.0f} {p.peak_rss / 2**30:>12.2f} {valid[-1]:>9.3f}", flush=True)
+    for rnd, label, src in ab_runs(args.base, args.rounds, work):
+        out = work / "runs" / f"{label.split()[0]}-{rnd}"
+        shutil.rmtree(out, ignore_errors=True)
+        p = run([sys.executable, "-m", "attnmt", "train", str(cfg), "--output", str(out)], out.with_suffix(".log"),
+                env={"PYTHONPATH": str(src)})
+        records = [json.loads(ln) for ln in (out / "train_log.jsonl").read_text(encoding="utf-8").splitlines()]
+        rate = combine_windows([(r["step"], r["tgt_tokens_per_s"]) for r in records if r["kind"] == "train"],
+                               LOG_EVERY)
+        valid = [r["valid_ppl"] for r in records if r["kind"] == "valid"]
+        print(f"{label:<14} {rnd + 1:>5} {rate:>9,.0f} {p.peak_rss / 2**30:>12.2f} {valid[-1]:>9.3f}", flush=True)
     return 0
 
 

@@ -25,41 +25,34 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from ab_train import worktree  # noqa: E402
+from ab_train import ab_runs, add_ab_arguments  # noqa: E402  (the before/after helpers)
 from bench import run  # noqa: E402  (the suite's process runner: wall seconds and peak RSS)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="model directory written by 'attnmt train'")
-    ap.add_argument("--base", default="HEAD", help="git revision to compare the working tree with (default HEAD)")
+    add_ab_arguments(ap, rounds=3)
     ap.add_argument("--precision", choices=["fp32", "bf16", "int8"], default="fp32")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--data-dir", default=os.environ.get("ATTNMT_DATA", "/work/shared/data"),
                     help="folder holding multi30k/test_2016_flickr.{de,en}.gz (default $ATTNMT_DATA)")
     args = ap.parse_args()
     work = HERE / "work" / "ab"
-    sha, base_tree = worktree(args.base, work)
     test = Path(args.data_dir) / "multi30k" / "test_2016_flickr"
-    trees = {f"base {sha}": base_tree / "src", "working tree": ROOT / "src"}
-    seconds: dict[str, list[float]] = {label: [] for label in trees}
+    seconds: dict[str, list[float]] = {}  # label -> decode seconds of each round, base first
     print(f"{'code':<14} {'round':>5} {'decode s':>8} {'BLEU':>6} {'peak RSS GiB':>12}", flush=True)
-    for rnd in range(args.rounds):
-        for label in list(trees) if rnd % 2 == 0 else list(trees)[::-1]:
-            log = work / "translate" / f"{label.split()[0]}-{rnd}.log"
-            p = run([sys.executable, "-m", "attnmt", "-q", "evaluate", "--model", args.model,
-                     "--src", f"{test}.de.gz", "--ref", f"{test}.en.gz", "--beam-size", "5",
-                     "--batch-size", str(args.batch_size), "--threads", str(args.threads),
-                     "--precision", args.precision, "--json"], log, env={"PYTHONPATH": str(trees[label])},
-                    capture_stdout=True)
-            scores = json.loads(p.stdout.strip().splitlines()[-1])
-            seconds[label].append(scores["decode_seconds"])
-            print(f"{label:<14} {rnd + 1:>5} {scores['decode_seconds']:>8.2f} {scores['bleu']:>6.2f} "
-                  f"{p.peak_rss / 2**30:>12.2f}", flush=True)
+    for rnd, label, src in ab_runs(args.base, args.rounds, work):
+        log = work / "translate" / f"{label.split()[0]}-{rnd}.log"
+        p = run([sys.executable, "-m", "attnmt", "-q", "evaluate", "--model", args.model,
+                 "--src", f"{test}.de.gz", "--ref", f"{test}.en.gz", "--beam-size", "5",
+                 "--batch-size", str(args.batch_size), "--threads", str(args.threads),
+                 "--precision", args.precision, "--json"], log, env={"PYTHONPATH": str(src)}, capture_stdout=True)
+        scores = json.loads(p.stdout.strip().splitlines()[-1])
+        seconds.setdefault(label, []).append(scores["decode_seconds"])
+        print(f"{label:<14} {rnd + 1:>5} {scores['decode_seconds']:>8.2f} {scores['bleu']:>6.2f} "
+              f"{p.peak_rss / 2**30:>12.2f}", flush=True)
     (base, base_s), (_, new_s) = seconds.items()
     print(f"median decode s: {base} {statistics.median(base_s):.2f}, working tree {statistics.median(new_s):.2f} "
           f"(ratio {statistics.median(new_s) / statistics.median(base_s):.3f})")

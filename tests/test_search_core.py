@@ -97,13 +97,20 @@ def test_nbest_out_of_range():
         run_beam(FakeModel({}, {EOS_ID: 1.0}), SRC, beam_size=2, nbest=3)
 
 
+def _random_sources(seed: int, rows: int, length: int, short_row: int, short_length: int) -> torch.Tensor:
+    """(rows, length) random ids of the tiny models' vocabulary (4..39) ending with EOS; row
+    ``short_row`` has ``short_length`` tokens (EOS included), then padding."""
+    torch.manual_seed(seed)
+    src = torch.randint(4, 40, (rows, length))
+    src[:, -1] = EOS_ID
+    src[short_row, short_length:] = PAD_ID
+    src[short_row, short_length - 1] = EOS_ID
+    return src
+
+
 def test_beam_size_one_equals_greedy_and_batching_is_invisible():
     model = tiny_model(seed=3, vocab=40)
-    torch.manual_seed(1)
-    src = torch.randint(4, 40, (4, 9))
-    src[:, -1] = EOS_ID
-    src[1, 5:] = PAD_ID
-    src[1, 4] = EOS_ID
+    src = _random_sources(seed=1, rows=4, length=9, short_row=1, short_length=5)
     greedy = greedy_search(model, src, max_len_a=1.0, max_len_b=5)
     beam = beam_search(model, src, beam_size=1, alpha=0.0, max_len_a=1.0, max_len_b=5)
     assert [g.tokens for g in greedy] == [b[0].tokens for b in beam]
@@ -131,11 +138,7 @@ def test_fused_and_explicit_attention_give_the_same_search(beam_size):
     from attnmt.model.attention import MultiHeadAttention
 
     model = tiny_model(seed=5, vocab=40)
-    torch.manual_seed(2)
-    src = torch.randint(4, 40, (3, 8))
-    src[:, -1] = EOS_ID
-    src[2, 4:] = PAD_ID
-    src[2, 3] = EOS_ID
+    src = _random_sources(seed=2, rows=3, length=8, short_row=2, short_length=4)
     results = []
     for fused in (True, False):
         for module in model.modules():
