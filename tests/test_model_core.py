@@ -9,6 +9,7 @@ import torch
 
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from attnmt.model.attention import MultiHeadAttention, fused_attention, scaled_dot_product_attention
+from attnmt.model.dropout import dropout, dropout_mask
 from attnmt.model.positional import sinusoidal_table
 from tests.conftest import tiny_model
 
@@ -20,6 +21,36 @@ def test_sinusoidal_table_matches_formula():
         for i in range(d // 2):
             assert table[pos, 2 * i].item() == pytest.approx(math.sin(pos / 10000 ** (2 * i / d)), abs=1e-5)
             assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(pos / 10000 ** (2 * i / d)), abs=1e-5)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3])
+def test_dropout_mask_rate_in_every_lane(p):
+    # Four mask elements come from one 64-bit draw; each of the four 16-bit lanes (the top one
+    # has a bit fewer) must drop at rate p, within 6 standard deviations.
+    torch.manual_seed(0)
+    n = 4 * 250_000
+    mask = dropout_mask((n,), p)
+    assert mask.dtype == torch.bool and mask.shape == (n,)
+    rate = round(p * 32768) / 32768
+    tol = 6 * math.sqrt(rate * (1 - rate) / (n // 4))
+    for lane in range(4):
+        assert abs(mask[lane::4].float().mean().item() - rate) < tol
+    assert 0.0 < mask.view(-1, 4).float().mean(dim=1).var().item()  # lanes are not copies of each other
+
+
+def test_dropout_scales_kept_values_and_gradients():
+    x = torch.randn(7, 5, 33, requires_grad=True)  # 1155 elements: not a multiple of 4
+    torch.manual_seed(1)
+    y = dropout(x, 0.25, training=True)
+    scale = 32768 / (32768 - 8192)
+    kept = y != 0
+    assert 0 < kept.sum() < x.numel()
+    torch.testing.assert_close(y[kept], x[kept] * scale)
+    y.backward(torch.ones_like(y))
+    torch.testing.assert_close(x.grad, kept.float() * scale)
+    torch.manual_seed(1)
+    assert torch.equal(dropout(x, 0.25, training=True), y)  # reproducible from the seed
+    assert dropout(x, 0.25, training=False) is x and dropout(x, 0.0, training=True) is x
 
 
 def test_explicit_attention_hand_computed():

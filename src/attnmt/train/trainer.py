@@ -216,7 +216,10 @@ def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: s
     model = Transformer(config.model, len(src_tok), len(tgt_tok))
     log.info("model: %d parameters; vocabulary %d/%d", count_parameters(model), len(src_tok), len(tgt_tok))
     params = list({id(p): p for p in model.parameters()}.values())
-    optimizer = torch.optim.Adam(params, lr=0.0, betas=tc.adam_betas, eps=tc.adam_eps, weight_decay=tc.weight_decay)
+    # fused=True: PyTorch's one-kernel Adam update (same update rule and results); for the
+    # benchmark's 6M-parameter model it took 6 ms instead of 25 ms per update (2-core AVX2 CPU).
+    optimizer = torch.optim.Adam(params, lr=0.0, betas=tc.adam_betas, eps=tc.adam_eps, weight_decay=tc.weight_decay,
+                                 fused=True)
     step, epoch, batch_in_epoch, elapsed_before = 0, 0, 0, 0.0
     best = {"bleu": None, "ppl": float("inf"), "key": (-float("inf"), -float("inf"))}
     bad_validations = 0
