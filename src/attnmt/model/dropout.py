@@ -21,6 +21,8 @@ On other devices ``F.dropout`` is used as is.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -33,9 +35,7 @@ def dropout_mask(shape: torch.Size | tuple[int, ...], p: float) -> torch.Tensor:
     """A boolean tensor of ``shape`` that is True (drop) with probability round(p * 32768) / 32768,
     independently per element, drawn from PyTorch's default CPU generator (so ``torch.manual_seed``
     makes it reproducible)."""
-    numel = 1
-    for size in shape:
-        numel *= size
+    numel = math.prod(shape)
     words = torch.empty((numel + _LANES - 1) // _LANES, dtype=torch.int64).random_()
     lanes = words.view(torch.int16)[:numel].bitwise_and_(_LEVELS - 1)
     return (lanes < round(p * _LEVELS)).view(shape)
