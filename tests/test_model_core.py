@@ -50,6 +50,12 @@ def test_dropout_scales_kept_values_and_gradients():
     torch.testing.assert_close(x.grad, kept.float() * scale)
     torch.manual_seed(1)
     assert torch.equal(dropout(x, 0.25, training=True), y)  # reproducible from the seed
+    torch.manual_seed(1)
+    assert torch.equal(dropout_mask(x.shape, 0.25), ~kept)  # the same draws as dropout_mask
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # bfloat16 input (as under autocast)
+        torch.manual_seed(1)
+        y16 = dropout(x.detach().bfloat16(), 0.25, training=True)
+    assert y16.dtype == torch.bfloat16 and torch.equal(y16 != 0, kept)
     assert dropout(x, 0.25, training=False) is x and dropout(x, 0.0, training=True) is x
 
 

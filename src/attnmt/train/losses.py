@@ -14,7 +14,8 @@ logits are the largest tensors of a training step (125 MiB in float32 for a 4096
 over 8000 pieces, and their gradient as much again), so :func:`label_smoothed_nll_loss` takes
 the projection's input and weight instead of the logits and works in chunks of rows: for each
 chunk it computes the logits, the loss and, in the same pass, the closed-form gradient, which
-it multiplies straight into the gradients of the states (N, D) and of W (V, D). Only those two
+it multiplies straight into the gradients of the states (N, D) and of W (V, D); exp(logits -
+row max) is computed once and gives both the log-sum-exp and the softmax. Only those two
 small gradients are kept for the backward pass, which scales them by the incoming gradient.
 Against autograd over the whole logits this gives the same values with less memory at the
 same speed: 150 float32 updates of the benchmark setting peaked at 1.43 and 1.46 GiB instead
@@ -65,15 +66,22 @@ class _ProjectedLabelSmoothedLoss(torch.autograd.Function):
             for i in range(0, h.size(0), _CHUNK_ROWS):
                 rows = slice(i, i + _CHUNK_ROWS)
                 x = (h[rows] @ w.T).float()  # logits (n, V)
-                lse = torch.logsumexp(x, dim=-1)  # (n,)
-                nll = lse - x.gather(-1, safe_target[rows]).squeeze(-1)  # (n,)
-                smooth = lse - x.mean(dim=-1)  # (n,)
+                target_logit = x.gather(-1, safe_target[rows]).squeeze(-1)  # (n,)
+                mean_logit = x.mean(dim=-1)  # (n,)
+                # log-sum-exp with the row maximum subtracted; exp(x - max) is computed once, in
+                # place of the logits, and reused below for the softmax.
+                row_max = x.amax(dim=-1, keepdim=True)  # (n, 1)
+                e = x.sub_(row_max).exp_()  # (n, V)
+                row_sum = e.sum(dim=-1)  # (n,)
+                lse = row_max.squeeze(-1) + row_sum.log()  # (n,)
+                nll = lse - target_logit  # (n,)
+                smooth = lse - mean_logit  # (n,)
                 k = keep[rows]  # (n,)
                 loss_sum += (((1.0 - epsilon) * nll + epsilon * smooth) * k).sum()
                 nll_sum += (nll * k).sum()
                 if with_grad:
-                    g = x.sub_(lse[:, None]).exp_()  # softmax (n, V), in place of the logits
-                    g.mul_(k[:, None]).sub_(k[:, None] * (epsilon / vocab))
+                    # softmax * k - k * epsilon / V, with softmax = e / row_sum
+                    g = e.mul_((k / row_sum)[:, None]).sub_(k[:, None] * (epsilon / vocab))
                     g.scatter_add_(-1, safe_target[rows], k[:, None] * -(1.0 - epsilon))
                     g = g.to(dtype)  # d loss / d logits (n, V)
                     grad_states[rows] = g @ w  # (n, D)
