@@ -71,14 +71,18 @@ def test_explicit_attention_hand_computed():
     assert torch.allclose(out[0, 0, 0], expected_w[0] * v[0, 0, 0] + expected_w[1] * v[0, 0, 1], atol=1e-5)
 
 
-def test_fully_masked_row_gives_zeros_and_finite_gradients():
-    q = torch.randn(1, 2, 3, 4, requires_grad=True)
-    k = torch.randn(1, 2, 5, 4, requires_grad=True)
-    v = torch.randn(1, 2, 5, 4, requires_grad=True)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fully_masked_row_gives_zeros_and_finite_gradients(dtype):
+    # The mask is a bias of the dtype's finite minimum: it must not overflow to -inf in bfloat16.
+    q = (10 * torch.randn(1, 2, 3, 4)).to(dtype).requires_grad_()
+    k = (10 * torch.randn(1, 2, 5, 4)).to(dtype).requires_grad_()
+    v = torch.randn(1, 2, 5, 4, dtype=dtype, requires_grad=True)
     mask = torch.ones(1, 1, 3, 5, dtype=torch.bool)
     mask[..., 1, :] = False  # query 1 may attend to nothing
+    mask[..., 0, 3:] = False  # query 0 to keys 0-2 only
     out, w = scaled_dot_product_attention(q, k, v, mask)
     assert torch.all(w[:, :, 1] == 0) and torch.all(out[:, :, 1] == 0)
+    assert torch.all(w[:, :, 0, 3:] == 0) and torch.allclose(w[:, :, 0].float().sum(-1), torch.ones(1, 2), atol=1e-2)
     out.sum().backward()
     assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
     fused = fused_attention(q, k, v, mask)
