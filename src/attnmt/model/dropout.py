@@ -30,8 +30,6 @@ On other devices ``F.dropout`` is used as is.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -46,16 +44,9 @@ def _lanes(numel: int) -> torch.Tensor:
     return words.view(torch.int16)[:numel].bitwise_and_(_LEVELS - 1)
 
 
-def dropout_mask(shape: torch.Size | tuple[int, ...], p: float) -> torch.Tensor:
-    """A boolean tensor of ``shape`` that is True (drop) with probability round(p * 32768) / 32768,
-    independently per element, drawn from PyTorch's default CPU generator (so ``torch.manual_seed``
-    makes it reproducible). :func:`dropout` draws the same mask (as int8 keep = 1 - mask)."""
-    return (_lanes(math.prod(shape)) < round(p * _LEVELS)).view(shape)
-
-
 class _CpuDropout(torch.autograd.Function):
-    """Forward: x * keep / (1 - p) with keep the int8 mask of :func:`dropout_mask` inverted;
-    backward: the gradient times the same."""
+    """Forward: x * keep / (1 - p), keep an int8 0/1 mask that is 0 (drop) where a 15-bit lane
+    is below ``threshold`` = round(p * 32768); backward: the gradient times the same."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, threshold: int) -> torch.Tensor:
@@ -73,6 +64,9 @@ class _CpuDropout(torch.autograd.Function):
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """Zero each element with probability ``p`` and scale the rest by 1 / (1 - p).
+
+    On CPU the drop probability is round(p * 32768) / 32768, independently per element, and the
+    draws come from PyTorch's default CPU generator (``torch.manual_seed`` makes them reproducible).
 
     Args:
         x: any shape and float dtype.
