@@ -11,6 +11,11 @@ suite does), and the validation perplexity at the end (equal for a change that k
 
     .venv/bin/python benchmarks/ab_train.py --base HEAD~1 --updates 150 --precision fp32
 
+On a CPU without bfloat16 kernels, ``--emulate-bf16`` trains in bf16 autocast with the matmuls
+computed in float32 (``benchmarks/bf16_emulation.py``): its peak RSS compares two revisions'
+bf16 memory, but lacks oneDNN's own (0.8-0.9 GiB less than a real bf16 run), and its speed is
+not bf16's.
+
 Not part of the suite (it does not touch RESULTS.md): it is the before/after check for one
 change, as the commit messages and the README's Speed section quote it.
 """
@@ -67,9 +72,13 @@ def main() -> int:
     ap.add_argument("--updates", type=int, default=150)
     ap.add_argument("--warmup", type=int, default=200, help="learning-rate warmup steps, as in the suite")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--emulate-bf16", action="store_true",
+                    help="bf16 with float32 matmuls (benchmarks/bf16_emulation.py): memory comparisons only")
     ap.add_argument("--data-dir", default=os.environ.get("ATTNMT_DATA", "/work/shared/data"),
                     help="folder holding multi30k/{train,val}.{de,en}.gz (default $ATTNMT_DATA)")
     args = ap.parse_args()
+    if args.emulate_bf16:
+        args.precision = "bf16"
     work = HERE / "work" / "ab"
     data = work / "data"
     plain_splits(Path(args.data_dir) / "multi30k", data, ("train", "val"))
@@ -81,8 +90,15 @@ def main() -> int:
     for rnd, label, src in ab_runs(args.base, args.rounds, work):
         out = work / "runs" / f"{label.split()[0]}-{rnd}"
         shutil.rmtree(out, ignore_errors=True)
-        p = run([sys.executable, "-m", "attnmt", "train", str(cfg), "--output", str(out)], out.with_suffix(".log"),
-                env={"PYTHONPATH": str(src)})
+        train_args = ["train", str(cfg), "--output", str(out)]
+        if args.emulate_bf16:  # the allocator settings, the override, then the CLI
+            cmd = [sys.executable, "-c", "import sys; from attnmt.runtime import tune_allocator; tune_allocator(); "
+                   "import bf16_emulation; from attnmt.cli import main; "
+                   f"sys.exit(main({train_args!r}))"]
+        else:
+            cmd = [sys.executable, "-m", "attnmt", *train_args]
+        path = [str(src), str(HERE)] if args.emulate_bf16 else [str(src)]
+        p = run(cmd, out.with_suffix(".log"), env={"PYTHONPATH": os.pathsep.join(path)})
         records = [json.loads(ln) for ln in (out / "train_log.jsonl").read_text(encoding="utf-8").splitlines()]
         rate = combine_windows([(r["step"], r["tgt_tokens_per_s"]) for r in records if r["kind"] == "train"],
                                LOG_EVERY)

@@ -1,0 +1,66 @@
+"""bfloat16 autocast training on a CPU without bfloat16 kernels, for memory diagnostics only.
+
+On an AVX2-only CPU PyTorch multiplies bfloat16 matrices with a generic kernel at ~0.3-1.3
+GFLOP/s, so a bf16 training run of the benchmark setting would take days. Importing this module
+replaces the CPU kernels of ``aten::mm``, ``addmm``, ``bmm`` and ``baddbmm`` (through
+``torch.library``) for bfloat16 inputs: they are computed in float32 by the ``out=`` variants
+(which keep their original kernels) and rounded to bfloat16, so autocast runs at about float32
+speed and autograd saves the same bfloat16 tensors as on a CPU with bfloat16 kernels. It also
+makes ``attnmt.runtime.cpu_bf16_is_fast`` answer True, so that 'bf16' is not turned into 'fp32'.
+
+What it does not reproduce: oneDNN's own memory on a CPU with bfloat16 kernels (its weight
+reorders, scratchpads and primitive cache). For attnmt at 6d0ee9e, 300 updates of the suite
+setting peaked at 1.73 and 1.84 GiB emulated (two runs) against 2.61 GiB measured on a CPU with
+AVX-512 BF16 (benchmarks/RESULTS.md of 9fd7021, same memory-relevant code). So compare two
+revisions with it
+(``benchmarks/ab_train.py --emulate-bf16``), never the 2.7 GB limit with its absolute figure;
+speed figures under it mean nothing. Validation perplexity is close to real bfloat16 (float32
+accumulation of bfloat16 inputs, as oneDNN does) but not bit-equal.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+_BF16 = torch.bfloat16
+_lib = torch.library.Library("aten", "IMPL")  # kept alive: dropping it would undo the override
+
+
+def _f32(x: torch.Tensor) -> torch.Tensor:
+    return x.float() if x.dtype == _BF16 else x
+
+
+def _mm(a, b):
+    out = torch.empty((a.shape[0], b.shape[1]), dtype=torch.float32 if a.dtype == _BF16 else a.dtype)
+    torch.mm(_f32(a), _f32(b), out=out)
+    return out.to(a.dtype)
+
+
+def _addmm(c, a, b, *, beta=1, alpha=1):
+    out = torch.empty((a.shape[0], b.shape[1]), dtype=torch.float32 if a.dtype == _BF16 else a.dtype)
+    torch.addmm(_f32(c), _f32(a), _f32(b), beta=beta, alpha=alpha, out=out)
+    return out.to(a.dtype)
+
+
+def _bmm(a, b):
+    out = torch.empty((a.shape[0], a.shape[1], b.shape[2]), dtype=torch.float32 if a.dtype == _BF16 else a.dtype)
+    torch.bmm(_f32(a), _f32(b), out=out)
+    return out.to(a.dtype)
+
+
+def _baddbmm(c, a, b, *, beta=1, alpha=1):
+    out = torch.empty((a.shape[0], a.shape[1], b.shape[2]), dtype=torch.float32 if a.dtype == _BF16 else a.dtype)
+    torch.baddbmm(_f32(c), _f32(a), _f32(b), beta=beta, alpha=alpha, out=out)
+    return out.to(a.dtype)
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # "overriding a previously registered kernel" is the point
+    for _name, _fn in (("mm", _mm), ("addmm", _addmm), ("bmm", _bmm), ("baddbmm", _baddbmm)):
+        _lib.impl(_name, _fn, "CPU")
+
+import attnmt.runtime as _runtime  # noqa: E402  (after the override, from whichever tree is on the path)
+
+_runtime.cpu_bf16_is_fast = lambda: True
