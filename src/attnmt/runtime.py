@@ -28,6 +28,14 @@ MiB instead of 2890 at the same speed; in float32 on an AVX2 machine it changed 
 1.45 and 1.43 vs 1.44 and 1.46 GiB; 2,787 and 2,810 vs 2,712 and 2,622 target tokens/s,
 ``benchmarks/ab_train.py --updates 150``).
 
+Most of that fragmentation happens within one update, so trimming does not help: in float32 on
+the AVX2 machine (100 updates of the benchmark configuration, 2026-11-23) at most 0.68 GiB was
+in use at once (``mallinfo2`` sampled every 2 ms) while the heap spanned 1.0-1.1 GiB, already
+from update 25. ``malloc_trim(0)`` after every update made training ~30% slower (1,777-2,146
+against 2,680-3,075 target tokens/s) and lowered the peak only from 1.33 to 1.29 GiB; mmap for
+blocks from 4 MiB (``M_MMAP_THRESHOLD``) and PyTorch's transparent huge pages
+(``THP_MEM_ALLOC_ENABLE=1``), alone or together, were within 0.06 GiB of the peak and no faster.
+
 bfloat16 is fast only where oneDNN has kernels for it: CPUs with AVX-512 BF16 or AMX (native;
 4.2x the float32 matmul rate on our benchmark machine) or plain AVX-512 (emulated; not measured
 by us). Elsewhere PyTorch falls back to a slow generic kernel: on an AVX2-only AMD EPYC a
