@@ -12,9 +12,8 @@ What it does not reproduce: oneDNN's own memory on a CPU with bfloat16 kernels (
 reorders, scratchpads and primitive cache). For attnmt at 6d0ee9e, 300 updates of the suite
 setting peaked at 1.73 and 1.84 GiB emulated (two runs) against 2.61 GiB measured on a CPU with
 AVX-512 BF16 (benchmarks/RESULTS.md of 9fd7021, same memory-relevant code). So compare two
-revisions with it
-(``benchmarks/ab_train.py --emulate-bf16``), never the 2.7 GB limit with its absolute figure;
-speed figures under it mean nothing. Validation perplexity is close to real bfloat16 (float32
+revisions with it (``benchmarks/ab_train.py --emulate-bf16``), never the 2.7 GB limit with its
+absolute figure; speed figures under it mean nothing. Validation perplexity is close to real bfloat16 (float32
 accumulation of bfloat16 inputs, as oneDNN does) but not bit-equal.
 """
 
@@ -32,34 +31,24 @@ def _f32(x: torch.Tensor) -> torch.Tensor:
     return x.float() if x.dtype == _BF16 else x
 
 
-def _mm(a, b):
-    out = torch.empty((a.shape[0], b.shape[1]), dtype=torch.float32 if a.dtype == _BF16 else a.dtype)
-    torch.mm(_f32(a), _f32(b), out=out)
-    return out.to(a.dtype)
+def _in_float32(op):
+    """A kernel for ``op`` (mm, addmm, bmm or baddbmm: its last two arguments are the matrices
+    multiplied, shapes (..., n, k) and (..., k, m)) that computes bfloat16 inputs in float32 through
+    ``op(..., out=)`` and returns the result (..., n, m) in the dtype of the first matrix."""
 
+    def kernel(*args, **kwargs):
+        a, b = args[-2], args[-1]
+        out = torch.empty((*a.shape[:-1], b.shape[-1]), dtype=torch.float32 if a.dtype == _BF16 else a.dtype)
+        op(*map(_f32, args), **kwargs, out=out)
+        return out.to(a.dtype)
 
-def _addmm(c, a, b, *, beta=1, alpha=1):
-    out = torch.empty((a.shape[0], b.shape[1]), dtype=torch.float32 if a.dtype == _BF16 else a.dtype)
-    torch.addmm(_f32(c), _f32(a), _f32(b), beta=beta, alpha=alpha, out=out)
-    return out.to(a.dtype)
-
-
-def _bmm(a, b):
-    out = torch.empty((a.shape[0], a.shape[1], b.shape[2]), dtype=torch.float32 if a.dtype == _BF16 else a.dtype)
-    torch.bmm(_f32(a), _f32(b), out=out)
-    return out.to(a.dtype)
-
-
-def _baddbmm(c, a, b, *, beta=1, alpha=1):
-    out = torch.empty((a.shape[0], a.shape[1], b.shape[2]), dtype=torch.float32 if a.dtype == _BF16 else a.dtype)
-    torch.baddbmm(_f32(c), _f32(a), _f32(b), beta=beta, alpha=alpha, out=out)
-    return out.to(a.dtype)
+    return kernel
 
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # "overriding a previously registered kernel" is the point
-    for _name, _fn in (("mm", _mm), ("addmm", _addmm), ("bmm", _bmm), ("baddbmm", _baddbmm)):
-        _lib.impl(_name, _fn, "CPU")
+    for _op in (torch.mm, torch.addmm, torch.bmm, torch.baddbmm):
+        _lib.impl(_op.__name__, _in_float32(_op), "CPU")
 
 import attnmt.runtime as _runtime  # noqa: E402  (after the override, from whichever tree is on the path)
 
