@@ -14,11 +14,11 @@ def test_source_attention_rows_sum_to_one_over_real_positions():
     tgt = torch.tensor([[BOS_ID, 11, 12], [BOS_ID, 13, 14]])
     memory, src_mask, enc = model.encode(src, need_weights=True)
     out = model.decode(tgt, memory, src_mask, need_weights=True)
-    assert len(out.source_attention) == 2 and len(enc) == 2
-    for w in out.source_attention:  # (B, H, T, S)
+    assert len(out.src_attn) == 2 and len(enc) == 2
+    for w in out.src_attn:  # (B, H, T, S)
         assert torch.allclose(w.sum(dim=-1), torch.ones(2, 4, 3), atol=1e-5)
         assert torch.all(w[1, :, :, 3:] == 0)
     for w in enc:  # (B, H, S, S): padding keys get 0
         assert torch.all(w[1, :, :, 3:] == 0)
-    for w in out.self_attention:  # causal: no weight on the future
+    for w in out.self_attn:  # causal: no weight on the future
         assert torch.all(w.triu(diagonal=1) == 0)

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHECK = r"""
 import torch
 import bf16_emulation  # noqa: F401
-from attnmt.runtime import effective_precision
+from attnmt.precision import effective_precision
 
 torch.manual_seed(0)
 x = torch.randn(64, 32, requires_grad=True)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from attnmt.model import attention
 from attnmt.model.attention import MultiHeadAttention, fused_attention, scaled_dot_product_attention
 from attnmt.model.dropout import dropout
 from attnmt.model.positional import sinusoidal_table
@@ -34,9 +35,14 @@ def test_dropout_mask_rate_in_every_lane(p):
     mask = out == 0  # dropped
     rate = round(p * 32768) / 32768
     tol = 6 * math.sqrt(rate * (1 - rate) / (n // 4))
+    lanes = mask.view(-1, 4).float()  # (draws, lane)
     for lane in range(4):
-        assert abs(mask[lane::4].float().mean().item() - rate) < tol
-    assert 0.0 < mask.view(-1, 4).float().mean(dim=1).var().item()  # lanes are not copies of each other
+        assert abs(lanes[:, lane].mean().item() - rate) < tol
+    # The lanes of one draw are independent: drop indicators of any two lanes are uncorrelated
+    # (a lane copied or derived from another would give a correlation near 1 or -1).
+    corr = torch.corrcoef(lanes.T)  # (4, 4)
+    off_diagonal = corr[~torch.eye(4, dtype=torch.bool)]
+    assert off_diagonal.abs().max().item() < 6 / math.sqrt(n // 4)
 
 
 def test_dropout_scales_kept_values_and_gradients():
@@ -93,19 +99,64 @@ def test_fused_attention_equals_explicit(causal):
     torch.manual_seed(0)
     mha = MultiHeadAttention(32, 4).eval()
     x = torch.randn(3, 6, 32)
-    mask = torch.ones(3, 1, 1, 6, dtype=torch.bool)
-    mask[0, ..., 4:] = False
-    k, v = mha.project_kv(x)
+    mask = None if causal else torch.ones(3, 1, 1, 6, dtype=torch.bool)
+    if mask is not None:
+        mask[0, ..., 4:] = False
     mha.fused = False
-    explicit, _ = mha(x, k, v, None if causal else mask, is_causal=causal)
-    with_weights, w = mha(x, k, v, None if causal else mask, is_causal=causal, need_weights=True)
+    explicit, _ = mha(x, x, x, mask, is_causal=causal)
+    with_weights, w = mha(x, x, x, mask, is_causal=causal, need_weights=True)
     mha.fused = True
-    fused, none = mha(x, k, v, None if causal else mask, is_causal=causal)
+    fused, none = mha(x, x, x, mask, is_causal=causal)
     assert none is None and w.shape == (3, 4, 6, 6)
     assert torch.allclose(explicit, fused, atol=1e-5)
     assert torch.allclose(explicit, with_weights, atol=1e-6)
     if causal:
         assert torch.all(w.triu(diagonal=1) == 0)
+
+
+def test_multi_head_attention_follows_section_3_2_2():
+    """Raw query, key and value in: each head attends with its own slices of W^Q, W^K, W^V
+    (equation 1), the heads are concatenated and multiplied by W^O, computed here head by head."""
+    torch.manual_seed(1)
+    d, h = 12, 3
+    mha = MultiHeadAttention(d, h).eval()
+    query, key, value = torch.randn(2, 4, d), torch.randn(2, 5, d), torch.randn(2, 5, d)
+    mask = torch.tensor([[True] * 5, [True, True, True, False, False]])[:, None, None, :]  # (B, 1, 1, S)
+    out, weights = mha(query, key, value, mask, need_weights=True)
+    w_k, w_v = mha.kv_proj.weight.chunk(2)
+    b_k, b_v = mha.kv_proj.bias.chunk(2)
+    dh = d // h
+    heads = []
+    for i in range(h):
+        cols = slice(i * dh, (i + 1) * dh)
+        q = query @ mha.q_proj.weight[cols].T + mha.q_proj.bias[cols]  # (B, 4, dh)
+        k = key @ w_k[cols].T + b_k[cols]  # (B, 5, dh)
+        v = value @ w_v[cols].T + b_v[cols]
+        scores = (q @ k.transpose(1, 2) / math.sqrt(dh)).masked_fill(~mask[:, 0], float("-inf"))
+        a = torch.softmax(scores, dim=-1)  # (B, 4, 5)
+        assert torch.allclose(weights[:, i], a, atol=1e-6)
+        heads.append(a @ v)
+    expected = torch.cat(heads, dim=-1) @ mha.out_proj.weight.T + mha.out_proj.bias
+    assert torch.allclose(out, expected, atol=1e-5)
+    same, _ = mha(query, key, key, mask)  # key is value: the one-matmul projection
+    assert torch.allclose(same, mha(query, key, key.clone(), mask)[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_masks_as_arithmetic_equal_masked_fill(monkeypatch, dtype):
+    """The speed switch MASKS_AS_ARITHMETIC computes exactly what the masked_fill code does,
+    fully masked rows included."""
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(2, 3, 4, 8).to(dtype) for _ in range(3))
+    mask = torch.rand(2, 1, 4, 4) > 0.4
+    mask[0, 0, 2] = False  # a row with no allowed key
+    results = []
+    for switch in (False, True):
+        monkeypatch.setattr(attention, "MASKS_AS_ARITHMETIC", switch)
+        results.append(scaled_dot_product_attention(q, k, v, mask))
+    (plain_out, plain_w), (fast_out, fast_w) = results
+    assert torch.equal(plain_w, fast_w) and torch.equal(plain_out, fast_out)
+    assert torch.all(plain_w[0, :, 2] == 0)
 
 
 def test_decoder_is_causal():
@@ -157,7 +208,7 @@ def test_beams_sharing_one_source_row_equal_repeated_sources():
         a = model.decode_step(tgt[:, t: t + 1], memory if t == 0 else None, src_mask, shared)
         b = model.decode_step(tgt[:, t: t + 1], mem_rep if t == 0 else None, mask_rep, repeated)
         assert torch.allclose(a, b, atol=1e-5), t
-    assert shared.layers[0].cross_k.size(0) == 2 and repeated.layers[0].cross_k.size(0) == 6
+    assert shared.layers[0].src_attn.k.size(0) == 2 and repeated.layers[0].src_attn.k.size(0) == 6
     # attention weights in the shared layout come back per target row: (B*K, H, T, S)
     layer = model.decoder.layers[0]
     x = torch.randn(6, 2, 32)

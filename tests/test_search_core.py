@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
-from attnmt.decode.beam import beam_search, length_penalty
-from attnmt.decode.greedy import greedy_search
+from attnmt.search.beam import beam_search, length_penalty
+from attnmt.search.greedy import greedy_search
 from tests.conftest import tiny_model
 
 A, B_, C = 4, 5, 6  # token ids of the fake vocabulary (size 8)
@@ -31,6 +31,7 @@ class FakeModel:
     def __init__(self, table: dict[tuple, dict[int, float]], default: dict[int, float]):
         self.table, self.default = table, default
         self.config = SimpleNamespace(max_positions=100)
+        self.pad_id = PAD_ID
 
     def encode(self, src):
         return torch.zeros(src.size(0), src.size(1), 1), (src != PAD_ID)[:, None, None, :], None
@@ -80,7 +81,7 @@ def test_length_penalty_changes_the_winner():
     table = {(): {A: 0.5, EOS_ID: 0.45, B_: 0.05}, (A,): {EOS_ID: 0.8, C: 0.2}}
     (short,) = run_beam(FakeModel(table, {EOS_ID: 1.0}), SRC, beam_size=2, alpha=0.0)
     assert short[0].tokens == [EOS_ID]  # log 0.45 > log 0.4
-    (longer,) = run_beam(FakeModel(table, {EOS_ID: 1.0}), SRC, beam_size=2, alpha=1.0, k=5.0)
+    (longer,) = run_beam(FakeModel(table, {EOS_ID: 1.0}), SRC, beam_size=2, alpha=1.0, length_penalty_k=5.0)
     assert longer[0].tokens == [A, EOS_ID]  # log(0.4) / (7/6) > log(0.45) / 1
     assert longer[0].score == pytest.approx(math.log(0.4) / (7 / 6), abs=1e-5)
 
@@ -133,17 +134,13 @@ def test_hypothesis_scores_are_consistent():
 
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_fused_and_explicit_attention_give_the_same_search(beam_size):
-    # The translator may pick either path for the decoder (attention.fused_is_faster): the
-    # cached steps, with source keys/values shared by each sentence's beams, must agree.
-    from attnmt.model.attention import MultiHeadAttention
-
+    # decode.attention chooses either kernel: the cached steps, with source keys/values shared
+    # by each sentence's beams, must agree.
     model = tiny_model(seed=5, vocab=40)
     src = _random_sources(seed=2, rows=3, length=8, short_row=2, short_length=4)
     results = []
     for fused in (True, False):
-        for module in model.modules():
-            if isinstance(module, MultiHeadAttention):
-                module.fused = fused
+        model.set_fused_attention(encoder=fused, decoder=fused)
         results.append(beam_search(model, src, beam_size=beam_size, max_len_a=1.0, max_len_b=6, nbest=beam_size))
     for fused_hyps, explicit_hyps in zip(*results):
         assert [h.tokens for h in fused_hyps] == [h.tokens for h in explicit_hyps]

@@ -62,6 +62,8 @@ def _translator(args: argparse.Namespace):
     tr = Translator.from_dir(args.model, weights=args.weights)
     if args.precision:
         tr.set_precision(args.precision)
+    if args.attention:
+        tr.set_attention(args.attention)
     return tr
 
 
@@ -204,6 +206,8 @@ def _add_decode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--length-penalty", type=float, help="alpha of the GNMT length penalty (default 0.6)")
     p.add_argument("--precision", choices=["fp32", "bf16", "int8"],
                    help="inference precision: fp32, bf16, or int8 (dynamic quantisation); default from the model's config")
+    p.add_argument("--attention", choices=["explicit", "fused"],
+                   help="attention kernel: the explicit formula or PyTorch's fused one; default from the model's config")
     p.add_argument("--threads", type=int, help="CPU threads (default: PyTorch's)")
 
 
@@ -269,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    from attnmt.runtime import tune_allocator
+    from attnmt.memory import tune_allocator
 
     tune_allocator()
     try:

@@ -3,7 +3,7 @@
 A configuration file has five sections, each a model below: ``data``, ``tokenizer``, ``model``,
 ``train`` and ``decode``. Every section forbids unknown keys and checks types, so a typo such as
 ``modle.d_model`` or ``d_model: big`` is an error naming the key, never silently ignored.
-Command-line overrides use dotted keys (``--set model.num_layers=4``); the value is parsed as
+Command-line overrides use dotted keys (``--set model.num_encoder_layers=4``); the value is parsed as
 YAML, so ``4`` is an int, ``0.1`` a float, ``true`` a bool and ``null`` None.
 
 Library: pydantic (validation) and PyYAML (parsing).
@@ -128,6 +128,10 @@ class DecodeConfig(_Section):
     max_len_b: int = Field(10, ge=0)
     batch_size: int = Field(128, gt=0, description="sentences per search batch")
     precision: Literal["fp32", "bf16", "int8"] = "fp32"
+    attention: Literal["explicit", "fused"] = Field(
+        "explicit", description="attention kernel for translation: the explicit formula of equation 1, or PyTorch's "
+        "fused scaled_dot_product_attention (same function; the explicit one was faster for incremental decoding "
+        "on the CPUs of benchmarks/RESULTS.md)")
 
 
 class Config(_Section):
@@ -158,7 +162,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     out = copy.deepcopy(raw)
     for item in overrides:
         if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected key=value, e.g. model.num_layers=4")
+            raise ConfigError(f"--set {item!r}: expected key=value, e.g. model.num_encoder_layers=4")
         key, value = item.split("=", 1)
         try:
             parsed = yaml.safe_load(value) if value != "" else ""
@@ -207,9 +211,3 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of sections at the top level")
     return config_from_dict(apply_overrides(raw, overrides or []), origin=str(path))
-
-
-def save_config(config: Config, path: str | Path) -> None:
-    """Write the validated configuration as YAML (the run directory's ``config.yaml``)."""
-    data = config.model_dump(mode="json")
-    Path(path).write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")

@@ -14,50 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import yaml
 
-from attnmt.config import Config, config_from_dict
+from attnmt.config import Config
 from attnmt.data.batching import pad_sequences
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, Tokenizer
-from attnmt.decode.beam import beam_search
-from attnmt.decode.greedy import greedy_search
-from attnmt.decode.search import Hypothesis
-from attnmt.errors import CheckpointError
-from attnmt.model.attention import MultiHeadAttention, fused_is_faster
 from attnmt.model.transformer import Transformer
-from attnmt.runtime import effective_precision
-from attnmt.train.checkpoint import WEIGHTS, load_weights
+from attnmt.precision import PRECISIONS, effective_precision
+from attnmt.rundir import load_model_dir
+from attnmt.search.beam import beam_search
+from attnmt.search.greedy import greedy_search
+from attnmt.search.hypothesis import Hypothesis
 
 log = logging.getLogger(__name__)
-
-
-def load_tokenizers(run_dir: str | Path) -> tuple[Tokenizer, Tokenizer]:
-    """(source, target) SentencePiece models of a model directory (the same one if joint).
-
-    Raises:
-        CheckpointError: neither ``spm.model`` nor ``src.spm.model``/``tgt.spm.model`` exists.
-    """
-    run_dir = Path(run_dir)
-    if (run_dir / "spm.model").is_file():
-        tok = Tokenizer.load(run_dir / "spm.model")
-        return tok, tok
-    if (run_dir / "src.spm.model").is_file():
-        return Tokenizer.load(run_dir / "src.spm.model"), Tokenizer.load(run_dir / "tgt.spm.model")
-    raise CheckpointError(f"{run_dir}: no SentencePiece model (spm.model or src.spm.model) in the model directory")
-
-
-def load_run_config(run_dir: str | Path) -> Config:
-    """The validated ``config.yaml`` of a model directory.
-
-    Raises:
-        CheckpointError: the directory or its config.yaml is missing.
-    """
-    path = Path(run_dir) / "config.yaml"
-    if not Path(run_dir).is_dir():
-        raise CheckpointError(f"{run_dir}: no such model directory")
-    if not path.is_file():
-        raise CheckpointError(f"{path}: missing; is {run_dir} a model directory made by 'attnmt train'?")
-    return config_from_dict(yaml.safe_load(path.read_text(encoding="utf-8")), origin=str(path))
 
 
 @dataclass
@@ -112,20 +80,19 @@ class Translator:
         self.config = config
         self._precision = "fp32"
         self.set_precision(config.decode.precision)
+        self.set_attention(config.decode.attention)
 
     @classmethod
     def from_dir(cls, run_dir: str | Path, weights: str | Path | None = None) -> "Translator":
-        """Load a model directory (config.yaml, SentencePiece model(s), model.safetensors).
+        """Load a model directory (``attnmt.rundir``: config.yaml, SentencePiece model(s),
+        model.safetensors).
 
         Args:
             weights: another safetensors file to load instead of the directory's model.safetensors.
         Raises:
-            CheckpointError: missing or incompatible files.
+            CheckpointError, ConfigError: missing or incompatible files.
         """
-        config = load_run_config(run_dir)
-        src_tok, tgt_tok = load_tokenizers(run_dir)
-        model = Transformer(config.model, len(src_tok), len(tgt_tok))
-        load_weights(model, weights if weights is not None else Path(run_dir) / WEIGHTS)
+        config, src_tok, tgt_tok, model = load_model_dir(run_dir, weights)
         return cls(model, src_tok, tgt_tok, config)
 
     @property
@@ -135,17 +102,17 @@ class Translator:
 
     def set_precision(self, precision: str) -> None:
         """Switch the inference precision: 'fp32'; 'bf16' (weights and activations in bfloat16,
-        log-probabilities in float32); or 'int8' (CPU: Linear layers dynamically quantised to
-        int8 with torch.ao.quantization.quantize_dynamic, activations float32).
+        scores accumulated in float32); or 'int8' (Linear layers dynamically quantised to int8
+        with ``torch.ao.quantization.quantize_dynamic``, activations float32; CPU only).
 
         On a CPU without fast bfloat16 kernels 'bf16' means 'fp32', with a warning
-        (``attnmt.runtime.effective_precision``).
+        (``attnmt.precision.effective_precision``).
 
         Raises:
             ValueError: an unknown precision, or going back from int8.
         """
-        if precision not in ("fp32", "bf16", "int8"):
-            raise ValueError(f"unknown precision {precision!r}; use fp32, bf16 or int8")
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r}; use {', '.join(PRECISIONS)}")
         precision = effective_precision(precision, "translation")
         if self._precision == "int8" and precision != "int8":
             raise ValueError("an int8-quantised model cannot be converted back; load it again")
@@ -155,21 +122,19 @@ class Translator:
             self.model = quantize_dynamic(self.model.float(), {torch.nn.Linear}, dtype=torch.qint8)
         elif precision in ("fp32", "bf16"):
             self.model = self.model.to(torch.bfloat16 if precision == "bf16" else torch.float32)
-        # Attention: the explicit formula in bfloat16 (slightly faster than the fused kernel on
-        # our CPU benchmark); otherwise the fused kernel, except in the decoder on a CPU where
-        # the explicit formula is faster for the few-query shapes of incremental decoding.
-        fused = precision != "bf16"
-        decoder_fused = fused
-        if fused and next(self.model.parameters()).device.type == "cpu":
-            dc, cfg = self.config.decode, self.config.model
-            decoder_fused = fused_is_faster(dc.batch_size * dc.beam_size, dc.beam_size, cfg.num_heads,
-                                            cfg.d_model // cfg.num_heads)
-            log.debug("decoder attention: %s path", "fused" if decoder_fused else "explicit")
-        for part, use_fused in ((self.model.encoder, fused), (self.model.decoder, decoder_fused)):
-            for module in part.modules():
-                if isinstance(module, MultiHeadAttention):
-                    module.fused = use_fused
         self._precision = precision
+
+    def set_attention(self, kind: str) -> None:
+        """The attention kernel of translation: 'explicit' (equation 1 as written) or 'fused'
+        (PyTorch's ``scaled_dot_product_attention``); the same function, different speed.
+
+        Raises:
+            ValueError: another kind.
+        """
+        if kind not in ("explicit", "fused"):
+            raise ValueError(f"unknown attention kind {kind!r}; use explicit or fused")
+        self.model.set_fused_attention(encoder=kind == "fused", decoder=kind == "fused")
+        self.attention_kind = kind
 
     def _hypothesis(self, h: Hypothesis) -> ScoredHypothesis:
         body = h.tokens[:-1] if h.tokens and h.tokens[-1] == EOS_ID else h.tokens
@@ -224,8 +189,8 @@ class Translator:
             if beam_size == 1 and nbest == 1:
                 hyps = [[h] for h in greedy_search(self.model, src, dc.max_len_a, dc.max_len_b)]
             else:
-                hyps = beam_search(self.model, src, beam_size, alpha, dc.length_penalty_k,
-                                   dc.max_len_a, dc.max_len_b, nbest)
+                hyps = beam_search(self.model, src, beam_size, alpha, dc.length_penalty_k, dc.max_len_a,
+                                   dc.max_len_b, nbest)
             for i, hs in zip(chunk, hyps):
                 results[i] = Translation([self._hypothesis(h) for h in hs],
                                          self.src_tokenizer.pieces(src_ids[i][:-1]) + ["</s>"])
@@ -251,7 +216,7 @@ class Translator:
         memory, src_mask, enc_w = self.model.encode(src, need_weights=True)
         out = self.model.decode(tgt_in, memory, src_mask, need_weights=True)
         stack = lambda ws: torch.stack([w[0].float() for w in ws])  # noqa: E731  (L, H, ., .)
-        return {"source": stack(out.source_attention), "encoder": stack(enc_w), "decoder": stack(out.self_attention)}
+        return {"source": stack(out.src_attn), "encoder": stack(enc_w), "decoder": stack(out.self_attn)}
 
     def source_attention(self, src_ids: list[int], out_ids: list[int]) -> torch.Tensor:
         """Encoder-decoder attention of a forced output: float32 (L, H, T, S) (see :meth:`attention`)."""

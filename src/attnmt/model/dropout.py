@@ -1,31 +1,24 @@
-"""Inverted dropout (Srivastava et al., 2014) with a cheaper random source on CPU.
+"""Inverted dropout (Srivastava et al., 2014; paper section 5.4), with a cheaper mask on CPU.
 
-On CPU, ``torch.nn.functional.dropout`` draws its mask with ``bernoulli_``, which on our
-2-core benchmark machine cost ~11 ms per million elements: a quarter of a bfloat16 training
-step of the 6M-parameter model. Here the mask comes from uniform 15-bit integers compared with
-a threshold, which gives the same Bernoulli mask (drop probability quantised to 1/32768):
+Dropout zeroes each element with probability p and scales the others by 1 / (1 - p), so that
+the expected value is unchanged and nothing needs rescaling at inference.
 
-- the integers are drawn as 64-bit words (``random_`` on int64, 63 random bits each) and read
-  as four 16-bit lanes with the sign bit cleared, so one generator call serves four elements:
-  a million mask elements took 1.8 ms instead of 4.5 ms with one int16 draw per element and
-  13.5 ms with ``bernoulli_`` (AVX2 EPYC, 2 threads, 2026-11-23);
-- the mask is made by integer arithmetic and applied as a float multiply, without bool
-  tensors: on CPU, comparisons to bool and ``masked_fill`` with a bool mask are several times
-  slower than float arithmetic. Each 15-bit lane minus (threshold - 1), clamped to [0, 1], is 1
-  (keep) or 0 (drop); the output is x times that times 1 / (1 - p); the backward pass multiplies
-  the gradient the same way, from the mask kept as int8 (1 byte per element, as a bool mask).
-  Forward and backward of a (4096, 512) float32 tensor took 7.5 ms against 11.3 ms with a bool
-  mask and ``masked_fill_`` (AVX2 EPYC, 2 threads, 2026-11-23). In training, together with the
-  float attention mask of ``attnmt.model.attention`` and the loss's single exp pass
-  (``attnmt.train.losses``), ``benchmarks/ab_train.py --base 233ecdd --updates 100 --rounds 3``
-  (float32) gave 2,000 / 2,023 / 2,235 against 1,864 / 2,066 / 1,846 target tokens/s at the same
-  peak RSS (1.27-1.32 against 1.30-1.31 GiB).
+Speed switch ``INT8_MASK_ON_CPU`` (on): on CPU, ``torch.nn.functional.dropout`` draws its mask
+with ``bernoulli_``, which costs a noticeable share of a small model's training step, and
+keeps a bool mask. Instead the mask is made here from uniform 15-bit integers compared with a
+threshold, which is the same Bernoulli draw with p rounded to a multiple of 1/32768:
 
-Earlier, with the bool mask (``benchmarks/ab_train.py --updates 100 --rounds 3``, float32, AVX2
-EPYC, together with the fused Adam step), the 64-bit draws lowered peak RSS from 1.38-1.56 to
-1.28-1.29 GiB at the same speed within the machine's noise.
+- the integers come from 64-bit words (``random_`` on int64) read as four 16-bit lanes with the
+  sign bit cleared, so one generator call serves four elements;
+- the comparison is integer arithmetic without bool tensors (each lane minus (threshold - 1),
+  clamped to [0, 1], is 1 = keep or 0 = drop), the mask is kept as int8 (one byte per element)
+  and applied as a multiplication, in the forward and the backward pass.
 
-On other devices ``F.dropout`` is used as is.
+Timings are in benchmarks/RESULTS.md. The draws come from PyTorch's default CPU generator, so
+``torch.manual_seed`` makes them reproducible; they differ from ``F.dropout``'s draws. Other
+devices use ``F.dropout``.
+
+Shapes: any; dtypes: any float dtype.
 """
 
 from __future__ import annotations
@@ -34,8 +27,26 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+INT8_MASK_ON_CPU = True  # speed switch (module docstring); False: F.dropout everywhere
 _LEVELS = 32768  # each 16-bit lane, sign bit cleared, is uniform on [0, 32767]
 _LANES = 4  # 16-bit lanes per int64 draw
+
+
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Zero each element of ``x`` with probability ``p`` and scale the rest by 1 / (1 - p).
+
+    Args:
+        x: any shape and float dtype.
+        p: drop probability in [0, 1); with the CPU mask it is rounded to a multiple of 1/32768.
+        training: dropout is applied only in training.
+    Returns:
+        A tensor like ``x``; ``x`` itself when not training or p == 0.
+    """
+    if not training or p == 0.0:
+        return x
+    if not (INT8_MASK_ON_CPU and x.device.type == "cpu"):
+        return F.dropout(x, p, True)
+    return _Int8MaskDropout.apply(x, round(p * _LEVELS))  # speed switch (module docstring)
 
 
 def _lanes(numel: int) -> torch.Tensor:
@@ -44,9 +55,9 @@ def _lanes(numel: int) -> torch.Tensor:
     return words.view(torch.int16)[:numel].bitwise_and_(_LEVELS - 1)
 
 
-class _CpuDropout(torch.autograd.Function):
-    """Forward: x * keep / (1 - p), keep an int8 0/1 mask that is 0 (drop) where a 15-bit lane
-    is below ``threshold`` = round(p * 32768); backward: the gradient times the same."""
+class _Int8MaskDropout(torch.autograd.Function):
+    """Forward: x * keep / (1 - p), with keep an int8 0/1 mask that is 0 (drop) where a 15-bit
+    lane is below ``threshold`` = round(p * 32768); backward: the gradient times the same."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, threshold: int) -> torch.Tensor:
@@ -60,25 +71,6 @@ class _CpuDropout(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         (keep,) = ctx.saved_tensors
         return (grad * keep).mul_(ctx.scale), None
-
-
-def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Zero each element with probability ``p`` and scale the rest by 1 / (1 - p).
-
-    On CPU the drop probability is round(p * 32768) / 32768, independently per element, and the
-    draws come from PyTorch's default CPU generator (``torch.manual_seed`` makes them reproducible).
-
-    Args:
-        x: any shape and float dtype.
-        p: drop probability in [0, 1).
-    Returns:
-        A tensor like ``x``; ``x`` itself when not training or p == 0.
-    """
-    if not training or p == 0.0:
-        return x
-    if x.device.type != "cpu":
-        return F.dropout(x, p, True)
-    return _CpuDropout.apply(x, round(p * _LEVELS))
 
 
 class Dropout(nn.Module):

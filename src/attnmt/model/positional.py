@@ -39,7 +39,7 @@ class SinusoidalPositionalEncoding(nn.Module):
 
 
 class LearnedPositionalEmbedding(nn.Module):
-    """Learned absolute positions (the paper's variant in Table 3, row E)."""
+    """Learned absolute positions (the variant of Table 3, row E): a trainable (max_positions, D) table."""
 
     def __init__(self, d_model: int, max_positions: int):
         super().__init__()

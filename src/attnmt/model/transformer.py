@@ -1,14 +1,16 @@
-"""The Transformer: embeddings, encoder and decoder stacks, output projection (paper section 3).
+"""The Transformer: embeddings, the encoder and decoder stacks, the output projection (paper 3).
 
-Read top-down: ``Transformer.forward`` = ``decode(encode(src), tgt_in)``. The encoder is a stack
-of N ``EncoderLayer``s over scaled embeddings plus positions; the decoder a stack of N
-``DecoderLayer``s, then a linear projection to vocabulary logits. Search code uses
-``encode``, ``init_cache`` and ``decode_step`` (one new target position per call); training
-uses ``decoder_states`` (the projection's input), as its loss applies the projection itself.
+Read top-down: ``Transformer.forward(src, tgt_in)`` is ``decode(tgt_in, encode(src))``. The
+encoder is a stack of N ``EncoderLayer``s over scaled embeddings plus positions; the decoder a
+stack of N ``DecoderLayer``s over the same, then a linear projection to vocabulary logits
+(section 3.4; the softmax is left to the loss and the search). Search code uses ``encode``,
+``init_cache`` and ``decode_step``, which feeds one new target position per call.
 
 Embeddings are multiplied by sqrt(d_model) (section 3.4). With a joint vocabulary, source and
-target embeddings can be shared (``share_embeddings``), and the output projection shares the
-target embedding (``tie_output``, the paper's choice, section 3.4).
+target embeddings can be one matrix (``share_embeddings``); the output projection shares the
+target embedding (``tie_output``, the paper's choice, section 3.4). With pre-norm a final
+LayerNorm closes each stack. Weight matrices are initialised Xavier-uniform, embeddings from
+N(0, 1/d_model).
 
 Shapes: B batch, S source length, T target length, D d_model, H heads, V vocabulary.
 """
@@ -22,26 +24,28 @@ import torch
 from torch import nn
 
 from attnmt.config import ModelConfig
-from attnmt.data.tokenizers import PAD_ID
-from attnmt.model.attention import DecoderCache, LayerCache, padding_mask
+from attnmt.model.attention import DecoderCache, LayerCache, MultiHeadAttention, padding_mask
 from attnmt.model.dropout import Dropout
 from attnmt.model.layers import DecoderLayer, EncoderLayer
 from attnmt.model.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
 
 class ScaledEmbedding(nn.Module):
-    """Token embedding times sqrt(d_model) (section 3.4): (B, T) int64 -> (B, T, D)."""
+    """Token embedding times sqrt(d_model) (section 3.4): (B, T) int64 -> (B, T, D).
 
-    def __init__(self, vocab_size: int, d_model: int):
+    The padding id's row is zero and receives no gradient."""
+
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
         nn.init.normal_(self.weight, std=d_model ** -0.5)
         with torch.no_grad():
-            self.weight[PAD_ID].zero_()
+            self.weight[pad_id].zero_()
+        self.pad_id = pad_id
         self.scale = math.sqrt(d_model)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return nn.functional.embedding(tokens, self.weight, padding_idx=PAD_ID) * self.scale
+        return nn.functional.embedding(tokens, self.weight, padding_idx=self.pad_id) * self.scale
 
 
 def _positions(cfg: ModelConfig) -> nn.Module:
@@ -52,16 +56,16 @@ def _positions(cfg: ModelConfig) -> nn.Module:
 
 @dataclass
 class DecoderOutput:
-    """Decoder results: logits (B, T, V); per-layer attention weights when requested:
-    self_attention[l] (B, H, T, T), source_attention[l] (B, H, T, S)."""
+    """Decoder results: logits (B, T, V), and per layer, when asked for, the attention weights
+    self_attn[l] (B, H, T, t) and src_attn[l] (B, H, T, S)."""
 
     logits: torch.Tensor
-    self_attention: list[torch.Tensor] | None = None
-    source_attention: list[torch.Tensor] | None = None
+    self_attn: list[torch.Tensor] | None = None
+    src_attn: list[torch.Tensor] | None = None
 
 
 class Encoder(nn.Module):
-    """N encoder layers over embeddings + positions (final LayerNorm only with pre-norm)."""
+    """N encoder layers over embeddings + positions (Figure 1, left)."""
 
     def __init__(self, cfg: ModelConfig, embedding: ScaledEmbedding):
         super().__init__()
@@ -77,8 +81,8 @@ class Encoder(nn.Module):
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor,
                 need_weights: bool = False) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
-        """src: (B, S) ids; src_mask: (B, 1, 1, S). Returns memory (B, S, D) and, if asked,
-        each layer's self-attention weights (B, H, S, S)."""
+        """src: (B, S) int64 ids; src_mask: (B, 1, 1, S) bool. Returns the memory (B, S, D) and,
+        if asked for, each layer's self-attention weights (B, H, S, S)."""
         x = self.dropout(self.embedding(src) + self.positions(src.size(1)))  # (B, S, D)
         weights = [] if need_weights else None
         for layer in self.layers:
@@ -89,7 +93,8 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    """N decoder layers over embeddings + positions, then the output projection to V logits."""
+    """N decoder layers over embeddings + positions, then the projection to V logits
+    (Figure 1, right)."""
 
     def __init__(self, cfg: ModelConfig, embedding: ScaledEmbedding, vocab_size: int):
         super().__init__()
@@ -109,19 +114,20 @@ class Decoder(nn.Module):
             nn.init.normal_(self.output_projection.weight, std=cfg.d_model ** -0.5)
 
     def forward(
-        self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
+        self, tgt_in: torch.Tensor, memory: torch.Tensor | None, src_mask: torch.Tensor,
         cache: DecoderCache | None = None, need_weights: bool = False,
     ) -> DecoderOutput:
-        """tgt_in: (B, T) ids (with a cache, only the new positions); memory: (B, S, D)."""
-        states, self_ws, src_ws = self.states(tgt_in, memory, src_mask, cache, need_weights)
+        """Logits of the next token at every position: tgt_in (B, T) int64 (with a cache, only
+        the new positions), memory (B, S, D) -> :class:`DecoderOutput` with logits (B, T, V)."""
+        states, self_ws, src_ws = self.features(tgt_in, memory, src_mask, cache, need_weights)
         return DecoderOutput(self.output_projection(states), self_ws, src_ws)
 
-    def states(
-        self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
+    def features(
+        self, tgt_in: torch.Tensor, memory: torch.Tensor | None, src_mask: torch.Tensor,
         cache: DecoderCache | None = None, need_weights: bool = False,
     ) -> tuple[torch.Tensor, list[torch.Tensor] | None, list[torch.Tensor] | None]:
-        """The final states (B, T, D), before the output projection, and the attention weights
-        of :class:`DecoderOutput` when asked (else None)."""
+        """The decoder stack without the output projection: the final states (B, T, D), and the
+        per-layer attention weights of :class:`DecoderOutput` when asked for (else None)."""
         offset = cache.step if cache is not None else 0
         x = self.dropout(self.embedding(tgt_in) + self.positions(tgt_in.size(1), offset))  # (B, T, D)
         self_ws: list[torch.Tensor] | None = [] if need_weights else None
@@ -137,48 +143,48 @@ class Decoder(nn.Module):
 
 
 class Transformer(nn.Module):
-    """The encoder-decoder Transformer (Figure 1)."""
+    """The encoder-decoder Transformer (Figure 1).
 
-    def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int):
+    Args:
+        cfg: the hyper-parameters.
+        src_vocab_size, tgt_vocab_size: V of each side (equal with ``share_embeddings``).
+        pad_id: the padding id of both vocabularies (masked in attention, zero embedding).
+    Raises:
+        ValueError: ``share_embeddings`` with different vocabulary sizes.
+    """
+
+    def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0):
         super().__init__()
         if cfg.share_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError("share_embeddings needs a joint vocabulary (equal source and target sizes)")
         self.config = cfg
-        src_embedding = ScaledEmbedding(src_vocab_size, cfg.d_model)
-        tgt_embedding = src_embedding if cfg.share_embeddings else ScaledEmbedding(tgt_vocab_size, cfg.d_model)
+        self.pad_id = pad_id
+        src_embedding = ScaledEmbedding(src_vocab_size, cfg.d_model, pad_id)
+        tgt_embedding = src_embedding if cfg.share_embeddings else ScaledEmbedding(tgt_vocab_size, cfg.d_model, pad_id)
         self.encoder = Encoder(cfg, src_embedding)
         self.decoder = Decoder(cfg, tgt_embedding, tgt_vocab_size)
-        self._init_linear_weights()
-
-    def _init_linear_weights(self) -> None:
         for name, p in self.named_parameters():
             if p.dim() == 2 and "embedding" not in name and "output_projection" not in name:
                 nn.init.xavier_uniform_(p)
 
     def encode(self, src: torch.Tensor, need_weights: bool = False
                ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor] | None]:
-        """src: (B, S) int64 ids. Returns memory (B, S, D), src_mask (B, 1, 1, S) bool, and the
-        encoder self-attention weights per layer when asked."""
-        src_mask = padding_mask(src, PAD_ID)
+        """src: (B, S) int64 ids. Returns the memory (B, S, D), src_mask (B, 1, 1, S) bool, and
+        the encoder self-attention weights of each layer when asked for (else None)."""
+        src_mask = padding_mask(src, self.pad_id)
         memory, weights = self.encoder(src, src_mask, need_weights)
         return memory, src_mask, weights
 
     def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor,
                need_weights: bool = False) -> DecoderOutput:
-        """Teacher-forced decoding of a whole prefix: tgt_in (B, T) -> logits (B, T, V)."""
+        """Teacher-forced decoding of whole prefixes: tgt_in (B, T) -> logits (B, T, V)."""
         return self.decoder(tgt_in, memory, src_mask, None, need_weights)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """Logits (B, T, V) of the next target token at every position, from src (B, S) and
-        tgt_in (B, T) = BOS + target."""
-        return self.decoder.output_projection(self.decoder_states(src, tgt_in))
-
-    def decoder_states(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """The decoder's final states (B, T, D), the input of the output projection: training
-        computes its loss from these and ``decoder.output_projection.weight`` (V, D) in row
-        chunks, never holding the (B, T, V) logits (``attnmt.train.losses``)."""
+        tgt_in (B, T) = BOS + target, both int64."""
         memory, src_mask, _ = self.encode(src)
-        return self.decoder.states(tgt_in, memory, src_mask)[0]
+        return self.decode(tgt_in, memory, src_mask).logits
 
     def init_cache(self) -> DecoderCache:
         """An empty incremental-decoding state for :meth:`decode_step`."""
@@ -186,23 +192,29 @@ class Transformer(nn.Module):
 
     def decode_step(self, tokens: torch.Tensor, memory: torch.Tensor | None, src_mask: torch.Tensor,
                     cache: DecoderCache) -> torch.Tensor:
-        """Log-probabilities of the next token after feeding one new position per sentence.
+        """Log-probabilities of the next token after feeding one new position per prefix.
 
         Args:
             tokens: (B, 1) int64, the last token of each prefix.
             memory, src_mask: from :meth:`encode`, one row per sentence: B rows, or B / K when
                 the K beams of each sentence are K consecutive rows of ``tokens`` (they share
-                the source's keys/values). ``memory`` is only read at the first step (it may
-                be None once the cache holds the source-attention keys/values).
+                the source's keys and values). ``memory`` is read only at the first step and
+                may be None afterwards.
             cache: grown in place by one position.
         Returns:
-            (B, V) log-probabilities in the model's dtype: float32 for a float32 model; for a
-            bfloat16 model computed in float32 by the fused log-softmax kernel and rounded to
-            bfloat16 (relative error <= 2^-8, e.g. +-0.004 on a log-probability of -1), which
-            halves the bytes the search's top-k reads over the whole vocabulary every step.
+            (B, V) log-probabilities in the model's dtype (for a bfloat16 model computed in
+            float32 by the log-softmax kernel and rounded to bfloat16).
         """
         logits = self.decoder(tokens, memory, src_mask, cache).logits[:, -1]  # (B, V)
         return torch.log_softmax(logits, dim=-1)
+
+    def set_fused_attention(self, encoder: bool, decoder: bool) -> None:
+        """Turn the fused attention kernel (``MultiHeadAttention.fused``) on or off in the
+        encoder's and the decoder's attention modules."""
+        for part, fused in ((self.encoder, encoder), (self.decoder, decoder)):
+            for module in part.modules():
+                if isinstance(module, MultiHeadAttention):
+                    module.fused = fused
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -1,79 +1,33 @@
-"""Run-directory files: atomic saves, the model directory, the resumable training state.
+"""The resumable training state and checkpoint averaging.
 
-A run directory is a self-contained model directory plus training state:
+    RUN_DIR/checkpoints/last.pt                everything ``--resume`` needs: weights, optimizer,
+                                               schedule, step, data position, random state
+    RUN_DIR/checkpoints/step_N.safetensors     recent validation weights, for averaging
 
-    config.yaml            the validated configuration
-    spm.model              joint SentencePiece model (or src.spm.model and tgt.spm.model)
-    model.safetensors      weights translation uses (the best validation checkpoint)
-    checkpoints/last.pt    everything ``--resume`` needs: weights, optimizer, step, data position,
-                           random states (loaded with ``torch.load(weights_only=True)``)
-    checkpoints/step_N.safetensors   recent validation weights, for checkpoint averaging
+What translation needs (config, SentencePiece models, ``model.safetensors``) is
+``attnmt.rundir``'s. The state is written atomically and loaded with
+``torch.load(weights_only=True)``, which never executes code from the file.
 
-Every file is written to a temporary name in the same directory and renamed into place, so a
-crash leaves either the old or the new file, never a torn one. Loading never executes code:
-weights are safetensors and the training state is loaded with ``weights_only=True``.
+Library: torch (save/load), safetensors.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
-from safetensors.torch import load_file, load_model, save_model
-from torch import nn
+from safetensors.torch import load_file
 
 from attnmt.errors import CheckpointError
+from attnmt.rundir import atomic_write
 
-WEIGHTS = "model.safetensors"
 LAST_STATE = "checkpoints/last.pt"
-
-
-def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
-    """Call ``write(tmp_path)`` and rename the result onto ``path`` (same filesystem, atomic)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def save_weights(model: nn.Module, path: str | Path, metadata: dict[str, str] | None = None) -> None:
-    """Write the model's parameters as safetensors (tied tensors stored once), atomically."""
-    atomic_write(path, lambda tmp: save_model(model, tmp, metadata=metadata))
-
-
-def load_weights(model: nn.Module, path: str | Path) -> None:
-    """Load safetensors weights into ``model`` (strict: every parameter must match).
-
-    Raises:
-        CheckpointError: missing file, or names/shapes that do not fit the model.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such weights file")
-    try:
-        missing, unexpected = load_model(model, str(path), strict=False)
-    except (RuntimeError, ValueError) as e:
-        raise CheckpointError(f"{path}: weights do not fit the configured model: {e}") from None
-    if missing or unexpected:
-        raise CheckpointError(f"{path}: weights do not fit the model (missing {missing}, unexpected {unexpected})")
+STEP_WEIGHTS = "checkpoints/step_{step}.safetensors"
 
 
 def save_state(state: dict[str, Any], path: str | Path) -> None:
-    """torch.save a dict of tensors and plain values, atomically."""
+    """``torch.save`` a dict of tensors and plain values, atomically."""
     atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
@@ -92,8 +46,13 @@ def load_state(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: unreadable training state: {e}") from None
 
 
+def step_checkpoints(run_dir: Path) -> list[Path]:
+    """The run's ``checkpoints/step_N.safetensors`` files, oldest step first."""
+    return sorted((run_dir / "checkpoints").glob("step_*.safetensors"), key=lambda p: int(p.stem.split("_")[1]))
+
+
 def average_weights(paths: list[str | Path]) -> dict[str, torch.Tensor]:
-    """Element-wise mean of several safetensors weight files (float32)."""
+    """Element-wise mean (float32) of several safetensors weight files with the same tensors."""
     total: dict[str, torch.Tensor] = {}
     for p in paths:
         for k, v in load_file(str(p)).items():

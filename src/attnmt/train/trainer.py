@@ -1,49 +1,58 @@
-"""The training loop (paper section 5): data, optimisation, validation, checkpoints, resume.
+"""The training loop (paper section 5) as a small :class:`Trainer`.
 
-``train(config, run_dir)`` does the whole job: resolve and read the corpus, train (or on
-``resume`` reload) the SentencePiece model(s), encode and filter the pairs, then update the
-model on length-bucketed token batches with Adam and the configured schedule, label-smoothed
-loss, gradient accumulation, optional bfloat16 autocast and gradient-norm clipping. Every
-``valid_every`` updates it computes validation loss, perplexity and (greedy) BLEU, keeps the
-best weights as ``model.safetensors`` and writes the resumable state ``checkpoints/last.pt``.
-It stops after ``max_steps``, ``max_epochs`` or ``max_minutes`` (wall clock, leaving time for
-the final validation), whichever comes first. Metrics go to ``train_log.jsonl``.
+``Trainer(config, run_dir).run()`` does the whole job. Setup reads the corpus, trains the
+SentencePiece model(s) (or reloads them on resume), encodes and filters the pairs and builds
+the model and Adam with the configured learning-rate schedule. Each update (:meth:`train_step`)
+takes ``accum_steps`` length-bucketed token batches, the label-smoothed loss with optional
+bfloat16 autocast, and clips the gradient norm. Every ``valid_every`` updates
+(:meth:`validate`) it computes validation loss, perplexity and greedy BLEU/chrF, keeps the best
+weights as ``model.safetensors`` and writes the resumable state (:meth:`save_checkpoint`). It
+stops (:meth:`stop_reason`) after ``max_steps``, ``max_epochs`` or ``max_minutes`` (wall clock,
+leaving time for the final validation), or after ``stop_patience`` validations without
+improvement; then it validates a last time and may average the last validation checkpoints.
+Metrics go to ``train_log.jsonl`` (``attnmt.train.metrics``).
+
+"Best" means higher validation BLEU, then lower perplexity.
+
+Library: torch.optim (Adam, LambdaLR), tqdm.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from attnmt.config import Config, save_config
+from attnmt import rundir
+from attnmt.config import Config
 from attnmt.data.batching import Batch, make_batch, token_batches
 from attnmt.data.corpus import EncodedCorpus, dataset_pair_files, encode_corpus, read_parallel
 from attnmt.data.tokenizers import PAD_ID, Tokenizer
-from attnmt.decode.greedy import greedy_search
-from attnmt.decode.translator import load_run_config, load_tokenizers
 from attnmt.errors import CheckpointError, ConfigError
 from attnmt.evaluate import corpus_scores
+from attnmt.memory import peak_rss_mib
 from attnmt.model.transformer import Transformer, count_parameters
-from attnmt.runtime import effective_precision, peak_rss_mib
-from attnmt.train.checkpoint import (LAST_STATE, WEIGHTS, average_weights, load_state, load_weights,
-                                     save_state, save_weights)
-from attnmt.train.losses import label_smoothed_nll_loss
+from attnmt.precision import autocast, effective_precision
+from attnmt.search.greedy import greedy_search
+from attnmt.train.checkpoint import (LAST_STATE, STEP_WEIGHTS, average_weights, load_state, save_state,
+                                     step_checkpoints)
+from attnmt.train.losses import chunked_label_smoothed_cross_entropy, label_smoothed_cross_entropy
+from attnmt.train.metrics import MetricsLog, Window
 from attnmt.train.schedules import learning_rate
 
 log = logging.getLogger(__name__)
 
+CHUNKED_LOSS = True  # speed switch (memory): the loss without holding the (N, V) logits (attnmt.train.losses)
+
 
 @dataclass
 class TrainResult:
-    """Summary of a finished run (also the last line of train_log.jsonl)."""
+    """Summary of a finished run (also in the last line of train_log.jsonl)."""
 
     steps: int
     epochs_done: float
@@ -53,8 +62,33 @@ class TrainResult:
     tgt_tokens_per_second: float
 
 
+@dataclass
+class Progress:
+    """Where a run stands; saved in the resumable state."""
+
+    step: int = 0  # updates done
+    epoch: int = 0  # 0-based epoch in progress
+    batch_in_epoch: int = 0  # batches of that epoch done
+    elapsed_seconds: float = 0.0  # wall clock before this process
+    best_bleu: float | None = None
+    best_ppl: float = float("inf")
+    best_key: tuple[float, float] = (-float("inf"), -float("inf"))  # (BLEU, -perplexity)
+    bad_validations: int = 0  # validations since the last improvement
+
+
+@dataclass
+class CorpusData:
+    """The encoded training and validation pairs and the tokenizers that made them."""
+
+    src_tok: Tokenizer
+    tgt_tok: Tokenizer
+    train: EncodedCorpus
+    valid: EncodedCorpus | None = None
+    valid_refs: list[str] = field(default_factory=list)  # raw target lines of the kept validation pairs
+
+
 def corpus_files(config: Config, split: str, data_dir: str | None) -> tuple[Path, Path] | None:
-    """(source, target) paths of ``split`` ('train' or 'valid'), or None if no such split."""
+    """(source, target) paths of ``split`` ('train' or 'valid'), or None if there is no such split."""
     d = config.data
     if d.dataset is not None:
         name = d.train_split if split == "train" else d.valid_split
@@ -66,325 +100,350 @@ def corpus_files(config: Config, split: str, data_dir: str | None) -> tuple[Path
     return (Path(d.valid_src), Path(d.valid_tgt)) if d.valid_src else None
 
 
-def autocast(precision: str):
-    """bfloat16 autocast on CPU when ``precision == 'bf16'``, else a no-op context."""
-    if precision == "bf16":
-        return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+def prepare_corpus(config: Config, run_dir: Path, resume: bool, data_dir: str | None) -> CorpusData:
+    """Read the corpus, train the SentencePiece model(s) into ``run_dir`` (reload them on
+    resume), encode the pairs and drop those with an empty side or longer than ``data.max_len``.
 
-
-class _Log:
-    """Metrics: an append-only JSON-lines file (one object per line) and, when the
-    ``tensorboard`` package is installed, the same numbers as TensorBoard scalars
-    (``RUN_DIR/tensorboard``, tags ``train/loss``, ``valid/valid_bleu``, ...)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:  # tensorboard is optional
-            self.tensorboard = None
-        else:
-            self.tensorboard = SummaryWriter(log_dir=str(path.parent / "tensorboard"))
-
-    def write(self, **record) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-        if self.tensorboard is not None and "step" in record:
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step":
-                    self.tensorboard.add_scalar(f"{record['kind']}/{key}", value, record["step"])
-            self.tensorboard.flush()
-
-
-def _prepare_tokenizers(config: Config, run_dir: Path, src_lines: list[str], tgt_lines: list[str],
-                        resume: bool) -> tuple[Tokenizer, Tokenizer]:
+    Raises:
+        DataError: unreadable or misaligned files. ConfigError: no usable training pair.
+    """
+    train_files, valid_files = corpus_files(config, "train", data_dir), corpus_files(config, "valid", data_dir)
+    log.info("reading %s and %s", *train_files)
+    train_src, train_tgt = read_parallel(*train_files)
     if resume:
-        return load_tokenizers(run_dir)
+        src_tok, tgt_tok = rundir.read_tokenizers(run_dir)
+    else:
+        src_tok, tgt_tok = _train_tokenizers(config, train_src, train_tgt)
+        rundir.write_tokenizers(run_dir, src_tok, tgt_tok)
+    train = encode_corpus(train_src, train_tgt, src_tok.encode_batch, tgt_tok.encode_batch, config.data.max_len)
+    log.info("training pairs: %d kept, %d dropped as empty, %d dropped as longer than %d subwords",
+             len(train.src), train.dropped_empty, train.dropped_long, config.data.max_len)
+    if not train.src:
+        raise ConfigError(f"{train_files[0]}: no usable training pairs")
+    data = CorpusData(src_tok, tgt_tok, train)
+    if valid_files is not None:
+        vs, vt = read_parallel(*valid_files)
+        if config.data.valid_max_sentences:
+            vs, vt = vs[: config.data.valid_max_sentences], vt[: config.data.valid_max_sentences]
+        data.valid = encode_corpus(vs, vt, src_tok.encode_batch, tgt_tok.encode_batch)
+        data.valid_refs = [t for s, t in zip(vs, vt) if s and t]
+    return data
+
+
+def _train_tokenizers(config: Config, src_lines: list[str], tgt_lines: list[str]) -> tuple[Tokenizer, Tokenizer]:
     tc = config.tokenizer
-    kwargs = dict(vocab_size=tc.vocab_size, model_type=tc.model_type, character_coverage=tc.character_coverage,
-                  max_sentences=tc.max_sentences, seed=config.train.seed)
+    options = dict(vocab_size=tc.vocab_size, model_type=tc.model_type, character_coverage=tc.character_coverage,
+                   max_sentences=tc.max_sentences, seed=config.train.seed)
     if tc.joint:
         log.info("training a joint SentencePiece %s model (%d pieces)", tc.model_type, tc.vocab_size)
-        tok = Tokenizer.train(src_lines + tgt_lines, **kwargs)
-        tok.save(run_dir / "spm.model")
+        tok = Tokenizer.train(src_lines + tgt_lines, **options)
         return tok, tok
     log.info("training source and target SentencePiece %s models (%d pieces each)", tc.model_type, tc.vocab_size)
-    src_tok, tgt_tok = Tokenizer.train(src_lines, **kwargs), Tokenizer.train(tgt_lines, **kwargs)
-    src_tok.save(run_dir / "src.spm.model")
-    tgt_tok.save(run_dir / "tgt.spm.model")
-    return src_tok, tgt_tok
+    return Tokenizer.train(src_lines, **options), Tokenizer.train(tgt_lines, **options)
 
 
-def batch_loss(model: Transformer, batch: Batch, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed label-smoothed loss and summed NLL of one teacher-forced batch (float32 scalars,
-    ``attnmt.train.losses.label_smoothed_nll_loss`` on the decoder states and output weight)."""
-    states = model.decoder_states(batch.src, batch.tgt_in)  # (B, T, D)
-    return label_smoothed_nll_loss(states.flatten(0, 1), model.decoder.output_projection.weight,
-                                   batch.tgt_out.flatten(), label_smoothing, PAD_ID)
-
-
-@torch.no_grad()
-def validate(model: Transformer, data: EncodedCorpus, refs: list[str], tgt_tok: Tokenizer, config: Config,
-             with_bleu: bool) -> dict:
-    """Validation loss and perplexity (teacher forcing) and, with ``with_bleu``, greedy BLEU/chrF.
-
-    Runs at ``config.train.precision`` as ``attnmt.runtime.effective_precision`` resolves it on
-    this CPU (as training does).
-
-    Returns:
-        {'valid_loss': label-smoothed loss per token, 'valid_ppl': exp(nll per token),
-         'valid_bleu': float or None, 'valid_chrf': float or None}.
-    """
-    model.eval()
-    total_loss = total_nll = 0.0
-    tokens = 0
-    with autocast(effective_precision(config.train.precision, "training")):
-        for idx in token_batches(data.lengths(), config.train.batch_tokens):
-            batch = make_batch([data.src[i] for i in idx], [data.tgt[i] for i in idx])
-            loss, nll = batch_loss(model, batch, config.train.label_smoothing)
-            total_loss += loss.item()
-            total_nll += nll.item()
-            tokens += batch.num_tgt_tokens
-        bleu = chrf = None
-        if with_bleu:
-            hyps = [""] * len(data.src)
-            dc = config.decode
-            order = sorted(range(len(data.src)), key=lambda i: len(data.src[i]))
-            for start in range(0, len(order), 256):
-                chunk = order[start: start + 256]
-                batch = make_batch([data.src[i] for i in chunk], [[] for _ in chunk])
-                for i, h in zip(chunk, greedy_search(model, batch.src, dc.max_len_a, dc.max_len_b)):
-                    hyps[i] = tgt_tok.decode(h.tokens)
-            scores = corpus_scores(hyps, refs)
-            bleu, chrf = scores["bleu"], scores["chrf"]
-    model.train()
-    return {"valid_loss": total_loss / max(tokens, 1), "valid_ppl": math.exp(min(total_nll / max(tokens, 1), 50)),
-            "valid_bleu": bleu, "valid_chrf": chrf}
-
-
-def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: str | None = None,
-          progress: bool = True) -> TrainResult:
-    """Train a model into ``run_dir`` (see the module docstring).
+class Trainer:
+    """Trains a model into a run directory (module docstring).
 
     Args:
-        config: the validated configuration; on ``resume``, its model and tokenizer sections
+        config: the validated configuration; on ``resume`` its model and tokenizer sections
             must equal those saved in ``run_dir``.
+        run_dir: the model directory to create (or, with ``resume``, to continue).
+        resume: continue from ``run_dir``'s ``checkpoints/last.pt``.
         data_dir: local dataset directory (overrides ``data.data_dir`` and ``ATTNMT_DATA``).
         progress: show a tqdm progress bar on a terminal.
     Raises:
         ConfigError, DataError, CheckpointError: bad configuration, corpus or run directory.
     """
-    start_time = time.monotonic()
-    run_dir = Path(run_dir)
-    tc = config.train
-    if resume:
-        saved = load_run_config(run_dir)
-        if saved.model != config.model or saved.tokenizer != config.tokenizer:
-            raise ConfigError(f"{run_dir}/config.yaml: model or tokenizer settings differ from the run being resumed")
-        state = load_state(run_dir / LAST_STATE)
-    else:
-        if (run_dir / LAST_STATE).exists():
-            raise CheckpointError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --output")
-        state = None
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if tc.num_threads:
-        torch.set_num_threads(tc.num_threads)
-    precision = effective_precision(tc.precision, "training")
-    torch.manual_seed(tc.seed)
 
-    train_files = corpus_files(config, "train", data_dir)
-    valid_files = corpus_files(config, "valid", data_dir)
-    log.info("reading %s and %s", *train_files)
-    train_src, train_tgt = read_parallel(*train_files)
-    src_tok, tgt_tok = _prepare_tokenizers(config, run_dir, train_src, train_tgt, resume)
-    save_config(config, run_dir / "config.yaml")
-    train_data = encode_corpus(train_src, train_tgt, src_tok.encode_batch, tgt_tok.encode_batch,
-                               config.data.max_len)
-    log.info("training pairs: %d kept, %d dropped as empty, %d dropped as longer than %d subwords",
-             len(train_data.src), train_data.dropped_empty, train_data.dropped_long, config.data.max_len)
-    if not train_data.src:
-        raise ConfigError(f"{train_files[0]}: no usable training pairs")
-    valid_data, valid_refs = None, []
-    if valid_files is not None:
-        vs, vt = read_parallel(*valid_files)
-        if config.data.valid_max_sentences:
-            vs, vt = vs[: config.data.valid_max_sentences], vt[: config.data.valid_max_sentences]
-        valid_data = encode_corpus(vs, vt, src_tok.encode_batch, tgt_tok.encode_batch)
-        valid_refs = [t for s, t in zip(vs, vt) if s and t]
+    def __init__(self, config: Config, run_dir: str | Path, resume: bool = False, data_dir: str | None = None,
+                 progress: bool = True):
+        self.start_time = time.monotonic()
+        self.config, self.run_dir, self.progress_bar = config, Path(run_dir), progress
+        tc = config.train
+        state = self._check_run_dir(resume)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if tc.num_threads:
+            torch.set_num_threads(tc.num_threads)
+        self.precision = effective_precision(tc.precision, "training")
+        torch.manual_seed(tc.seed)
+        self.data = prepare_corpus(config, self.run_dir, resume, data_dir)
+        rundir.write_config(config, self.run_dir)
+        self.model = Transformer(config.model, len(self.data.src_tok), len(self.data.tgt_tok), pad_id=PAD_ID)
+        log.info("model: %d parameters; vocabulary %d/%d", count_parameters(self.model), len(self.data.src_tok),
+                 len(self.data.tgt_tok))
+        self.params = list({id(p): p for p in self.model.parameters()}.values())  # tied tensors once
+        # The schedule gives the learning rate itself (base rate 1.0, as in the Annotated
+        # Transformer); LambdaLR's step i is the (i + 1)-th update. fused=True: speed switch,
+        # PyTorch's one-kernel Adam update (same update rule).
+        self.optimizer = torch.optim.Adam(self.params, lr=1.0, betas=tc.adam_betas, eps=tc.adam_eps,
+                                          weight_decay=tc.weight_decay, fused=True)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda i: learning_rate(
+            tc.schedule, i + 1, d_model=config.model.d_model, lr=tc.lr, lr_factor=tc.lr_factor,
+            warmup_steps=tc.warmup_steps))
+        self.state = Progress()
+        if state is not None:
+            self._restore(state)
+        self.metrics = MetricsLog(self.run_dir / "train_log.jsonl")
+        self.step_ckpts = step_checkpoints(self.run_dir)
+        self.valid_seconds = 0.0  # duration of the last validation, reserved at the end of the budget
+        self.window = Window()
+        self.run_tokens, self.run_seconds = 0, 0.0  # target tokens and update time of this process
+        self.bar: tqdm | None = None  # the progress bar, while run() runs
+        self._last_lr = 0.0  # the learning rate of the latest update
 
-    model = Transformer(config.model, len(src_tok), len(tgt_tok))
-    log.info("model: %d parameters; vocabulary %d/%d", count_parameters(model), len(src_tok), len(tgt_tok))
-    params = list({id(p): p for p in model.parameters()}.values())
-    # fused=True: PyTorch's one-kernel Adam update (same update rule and results); for the
-    # benchmark's 6M-parameter model it took 6 ms instead of 25 ms per update (2-core AVX2 CPU).
-    optimizer = torch.optim.Adam(params, lr=0.0, betas=tc.adam_betas, eps=tc.adam_eps, weight_decay=tc.weight_decay,
-                                 fused=True)
-    step, epoch, batch_in_epoch, elapsed_before = 0, 0, 0, 0.0
-    best = {"bleu": None, "ppl": float("inf"), "key": (-float("inf"), -float("inf"))}
-    bad_validations = 0
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        step, epoch, batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
-        elapsed_before = state["elapsed_seconds"]
-        best = {"bleu": state["best_bleu"], "ppl": state["best_ppl"], "key": tuple(state["best_key"])}
-        bad_validations = state["bad_validations"]
+    def _check_run_dir(self, resume: bool) -> dict | None:
+        """The state to resume from (None for a new run); refuses to overwrite a run."""
+        if not resume:
+            if (self.run_dir / LAST_STATE).exists():
+                raise CheckpointError(f"{self.run_dir} already holds a run; pass --resume to continue it "
+                                      "or choose another --output")
+            return None
+        saved = rundir.read_config(self.run_dir)
+        if saved.model != self.config.model or saved.tokenizer != self.config.tokenizer:
+            raise ConfigError(f"{self.run_dir}/config.yaml: model or tokenizer settings differ from the run "
+                              "being resumed")
+        return load_state(self.run_dir / LAST_STATE)
+
+    def _restore(self, state: dict) -> None:
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            progress = dict(state["progress"])
+        except (KeyError, RuntimeError, ValueError) as e:
+            raise CheckpointError(f"{self.run_dir / LAST_STATE}: does not fit this run: {e}") from None
+        progress["best_key"] = tuple(progress["best_key"])
+        self.state = Progress(**progress)
         torch.set_rng_state(state["torch_rng"])
-        log.info("resumed from step %d (epoch %d, batch %d)", step, epoch + 1, batch_in_epoch)
+        log.info("resumed from step %d (epoch %d, batch %d)", self.state.step, self.state.epoch + 1,
+                 self.state.batch_in_epoch)
 
-    metrics = _Log(run_dir / "train_log.jsonl")
-    lengths = train_data.lengths()
-    budget_s = tc.max_minutes * 60 if tc.max_minutes else None
-    valid_seconds = 0.0  # duration of the last validation, reserved at the end of the budget
-    step_ckpts: list[Path] = sorted((run_dir / "checkpoints").glob("step_*.safetensors"),
-                                    key=lambda p: int(p.stem.split("_")[1]))
+    def elapsed(self) -> float:
+        """Wall-clock seconds of the whole run, earlier processes included."""
+        return self.state.elapsed_seconds + time.monotonic() - self.start_time
 
-    def elapsed() -> float:
-        return elapsed_before + time.monotonic() - start_time
+    # ---- one update ---------------------------------------------------------------------------
 
-    def save_last() -> None:
-        save_state({
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "epoch": epoch,
-            "batch_in_epoch": batch_in_epoch, "elapsed_seconds": elapsed(), "best_bleu": best["bleu"],
-            "best_ppl": best["ppl"], "best_key": list(best["key"]), "bad_validations": bad_validations,
-            "torch_rng": torch.get_rng_state(),
-        }, run_dir / LAST_STATE)
+    def batch_loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed label-smoothed loss and summed NLL of one teacher-forced batch (float32 scalars)."""
+        eps, target = self.config.train.label_smoothing, batch.tgt_out.flatten()  # (B*T,)
+        if not CHUNKED_LOSS:
+            logits = self.model(batch.src, batch.tgt_in)  # (B, T, V)
+            return label_smoothed_cross_entropy(logits.flatten(0, 1), target, eps, PAD_ID)
+        # Speed switch (memory): the loss from the decoder states and the output projection.
+        memory, src_mask, _ = self.model.encode(batch.src)
+        states, _, _ = self.model.decoder.features(batch.tgt_in, memory, src_mask)  # (B, T, D)
+        projection = self.model.decoder.output_projection
+        return chunked_label_smoothed_cross_entropy(states.flatten(0, 1), projection.weight, target, eps, PAD_ID,
+                                                    projection.bias)
 
-    def run_validation() -> dict:
-        nonlocal valid_seconds, bad_validations
+    def train_step(self, batches: list[Batch]) -> tuple[float, float, int]:
+        """One update from ``batches`` (gradients accumulated): the loss is summed over their
+        target tokens and divided by the total, the gradient norm clipped to ``clip_norm``, then
+        Adam and the schedule step. Returns (summed loss, summed NLL, target tokens)."""
+        tokens = sum(b.num_tgt_tokens for b in batches)
+        loss_sum = nll_sum = 0.0
+        for b in batches:
+            with autocast(self.precision):
+                loss, nll = self.batch_loss(b)
+            (loss / tokens).backward()
+            loss_sum += loss.item()
+            nll_sum += nll.item()
+        if self.config.train.clip_norm:
+            torch.nn.utils.clip_grad_norm_(self.params, self.config.train.clip_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state.step += 1
+        return loss_sum, nll_sum, tokens
+
+    # ---- validation and checkpoints -----------------------------------------------------------
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Validation loss and perplexity (teacher forcing) and, with ``train.valid_bleu``, greedy
+        BLEU and chrF (sacreBLEU) of the validation set, at the training precision.
+
+        Returns:
+            {'valid_loss': label-smoothed loss per token, 'valid_ppl': exp(NLL per token),
+             'valid_bleu', 'valid_chrf'} (None for what was not computed).
+        """
+        data, tc = self.data.valid, self.config.train
+        if data is None:
+            return {"valid_loss": None, "valid_ppl": None, "valid_bleu": None, "valid_chrf": None}
+        self.model.eval()
+        loss_sum = nll_sum = 0.0
+        tokens = 0
+        with autocast(self.precision):
+            for idx in token_batches(data.lengths(), tc.batch_tokens):
+                batch = make_batch([data.src[i] for i in idx], [data.tgt[i] for i in idx])
+                loss, nll = self.batch_loss(batch)
+                loss_sum, nll_sum, tokens = loss_sum + loss.item(), nll_sum + nll.item(), tokens + batch.num_tgt_tokens
+            scores = corpus_scores(self._greedy_translations(data), self.data.valid_refs) if tc.valid_bleu else {}
+        self.model.train()
+        return {"valid_loss": loss_sum / max(tokens, 1), "valid_ppl": math.exp(min(nll_sum / max(tokens, 1), 50)),
+                "valid_bleu": scores.get("bleu"), "valid_chrf": scores.get("chrf")}
+
+    def _greedy_translations(self, data: EncodedCorpus, batch_size: int = 256) -> list[str]:
+        """Detokenized greedy translations of ``data.src``, in order (length-sorted batches)."""
+        dc, hyps = self.config.decode, [""] * len(data.src)
+        order = sorted(range(len(data.src)), key=lambda i: len(data.src[i]))
+        for start in range(0, len(order), batch_size):
+            chunk = order[start: start + batch_size]
+            batch = make_batch([data.src[i] for i in chunk], [[] for _ in chunk])
+            for i, h in zip(chunk, greedy_search(self.model, batch.src, dc.max_len_a, dc.max_len_b)):
+                hyps[i] = self.data.tgt_tok.decode(h.tokens)
+        return hyps
+
+    def validate(self) -> dict:
+        """Evaluate, keep the weights if they are the best so far, keep a step checkpoint for
+        averaging, write the resumable state and log the result."""
         t0 = time.monotonic()
-        if valid_data is None:
-            result = {"valid_loss": None, "valid_ppl": None, "valid_bleu": None, "valid_chrf": None}
-        else:
-            result = validate(model, valid_data, valid_refs, tgt_tok, config, tc.valid_bleu)
-        valid_seconds = time.monotonic() - t0
-        key = _selection_key(result, step)
-        improved = key > best["key"]
-        if improved:
-            best.update(bleu=result["valid_bleu"], ppl=result["valid_ppl"] or float("inf"), key=key)
-            save_weights(model, run_dir / WEIGHTS, {"step": str(step)})
-            bad_validations = 0
-        else:
-            bad_validations += 1
-        if tc.average_last > 1:
-            path = run_dir / "checkpoints" / f"step_{step}.safetensors"
-            save_weights(model, path, {"step": str(step)})
-            step_ckpts.append(path)
-            while len(step_ckpts) > tc.average_last:
-                step_ckpts.pop(0).unlink(missing_ok=True)
-        save_last()
-        metrics.write(kind="valid", step=step, epoch=epoch + 1, seconds=round(elapsed(), 1),
-                      **{k: v for k, v in result.items()}, best=improved)
+        result = self.evaluate()
+        self.valid_seconds = time.monotonic() - t0
+        s, step = self.state, self.state.step
+        improved = self._keep_if_best(result, {"step": str(step)})
+        s.bad_validations = 0 if improved else s.bad_validations + 1
+        if self.config.train.average_last > 1:
+            self._keep_step_checkpoint()
+        self.save_checkpoint()
+        self.metrics.write("valid", step=step, epoch=s.epoch + 1, seconds=round(self.elapsed(), 1), **result,
+                           best=improved)
         log.info("step %d valid: loss %.3f ppl %.2f bleu %s chrf %s%s (%.1fs)", step, result["valid_loss"] or 0,
                  result["valid_ppl"] or 0, _fmt(result["valid_bleu"]), _fmt(result["valid_chrf"]),
-                 " (best)" if improved else "", valid_seconds)
+                 " (best)" if improved else "", self.valid_seconds)
         return result
 
-    model.train()
-    bar = tqdm(total=tc.max_steps, initial=step, disable=None if progress else True, unit="upd",
-               dynamic_ncols=True, desc="train")
-    window_tokens, window_start, window_loss, window_nll = 0, time.monotonic(), 0.0, 0.0
-    run_tokens, run_train_seconds = 0, 0.0
-    stop_reason = None
-    while stop_reason is None:
-        batches = token_batches(lengths, tc.batch_tokens, seed=tc.seed, epoch=epoch)
-        while batch_in_epoch < len(batches):
-            group = batches[batch_in_epoch: batch_in_epoch + tc.accum_steps]
-            built = [make_batch([train_data.src[i] for i in idx], [train_data.tgt[i] for i in idx]) for idx in group]
-            n_tokens = sum(b.num_tgt_tokens for b in built)
-            step_start = time.monotonic()
-            lr = learning_rate(tc.schedule, step + 1, d_model=config.model.d_model, lr=tc.lr,
-                               lr_factor=tc.lr_factor, warmup_steps=tc.warmup_steps)
-            for g in optimizer.param_groups:
-                g["lr"] = lr
-            step_loss = step_nll = 0.0
-            for b in built:
-                with autocast(precision):
-                    loss, nll = batch_loss(model, b, tc.label_smoothing)
-                (loss / n_tokens).backward()
-                step_loss += loss.item()
-                step_nll += nll.item()
-            if tc.clip_norm:
-                torch.nn.utils.clip_grad_norm_(params, tc.clip_norm)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            batch_in_epoch += len(group)
-            run_tokens += n_tokens
-            run_train_seconds += time.monotonic() - step_start
-            window_tokens += n_tokens
-            window_loss += step_loss
-            window_nll += step_nll
-            bar.update(1)
-            if step % tc.log_every == 0:
-                now = time.monotonic()
-                tok_s = window_tokens / max(now - window_start, 1e-9)
-                loss_tok = window_loss / max(window_tokens, 1)
-                bar.set_postfix(loss=f"{loss_tok:.3f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:.0f}", ep=epoch + 1,
-                                eta=f"{(budget_s - elapsed()) / 60:.0f}m" if budget_s else "-")
-                metrics.write(kind="train", step=step, epoch=epoch + 1, seconds=round(elapsed(), 1), loss=loss_tok,
-                              ppl=math.exp(min(window_nll / max(window_tokens, 1), 50)), lr=lr, tgt_tokens_per_s=tok_s,
-                              peak_rss_mib=peak_rss_mib())
-                if bar.disable:
-                    log.info("step %d epoch %d loss %.3f lr %.2e %.0f tgt tok/s elapsed %.1f min", step, epoch + 1,
-                             loss_tok, lr, tok_s, elapsed() / 60)
-                window_tokens, window_start, window_loss, window_nll = 0, now, 0.0, 0.0
-            if tc.max_steps and step >= tc.max_steps:
-                stop_reason = f"reached max_steps {tc.max_steps}"
-            elif budget_s and elapsed() + 1.5 * valid_seconds + 5 >= budget_s:
-                stop_reason = f"reached the {tc.max_minutes:g}-minute budget"
-            if step % tc.valid_every == 0 and stop_reason is None:
-                run_validation()
-                window_start = time.monotonic()
-                if tc.stop_patience and bad_validations >= tc.stop_patience:
-                    stop_reason = f"no improvement in {tc.stop_patience} validations"
-            if stop_reason:
-                break
-        else:
-            epoch += 1
-            batch_in_epoch = 0
-            if tc.max_epochs and epoch >= tc.max_epochs:
-                stop_reason = f"reached max_epochs {tc.max_epochs}"
-    bar.close()
-    log.info("stopping: %s", stop_reason)
-    last = run_validation()
-    if tc.average_last > 1 and len(step_ckpts) > 1 and valid_data is not None:
-        _try_average(model, step_ckpts, run_dir, valid_data, valid_refs, tgt_tok, config, best, metrics, step)
-    minutes = elapsed() / 60
-    result = TrainResult(steps=step, epochs_done=epoch + batch_in_epoch / max(len(batches), 1), minutes=minutes,
-                         best_valid_bleu=best["bleu"], best_valid_ppl=best["ppl"],
-                         tgt_tokens_per_second=run_tokens / max(run_train_seconds, 1e-9))
-    metrics.write(kind="done", **result.__dict__, precision=precision, stop_reason=stop_reason,
-                  last_valid_bleu=last["valid_bleu"])
-    log.info("done: %d updates, %.1f epochs, %.1f minutes, best valid BLEU %s, %.0f tgt tok/s",
-             step, result.epochs_done, minutes, _fmt(best["bleu"]), result.tgt_tokens_per_second)
-    return result
+    def _selection_key(self, result: dict) -> tuple[float, float]:
+        """(BLEU, -perplexity); without validation data (step, 0): the latest is the best."""
+        if result["valid_ppl"] is None:
+            return (float(self.state.step), 0.0)
+        return (result["valid_bleu"] if result["valid_bleu"] is not None else 0.0, -result["valid_ppl"])
+
+    def _keep_if_best(self, result: dict, metadata: dict[str, str]) -> bool:
+        """If ``result`` is the best so far, record it and save the model as ``model.safetensors``."""
+        key = self._selection_key(result)
+        if key <= self.state.best_key:
+            return False
+        s = self.state
+        s.best_bleu, s.best_ppl, s.best_key = result["valid_bleu"], result["valid_ppl"] or float("inf"), key
+        rundir.save_weights(self.model, self.run_dir / rundir.WEIGHTS, metadata)
+        return True
+
+    def _keep_step_checkpoint(self) -> None:
+        path = self.run_dir / STEP_WEIGHTS.format(step=self.state.step)
+        rundir.save_weights(self.model, path, {"step": str(self.state.step)})
+        self.step_ckpts.append(path)
+        while len(self.step_ckpts) > self.config.train.average_last:
+            self.step_ckpts.pop(0).unlink(missing_ok=True)
+
+    def save_checkpoint(self) -> None:
+        """Write ``checkpoints/last.pt``: everything an exact resume needs."""
+        progress = asdict(self.state)
+        progress.update(elapsed_seconds=self.elapsed(), best_key=list(self.state.best_key))
+        save_state({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(), "progress": progress,
+                    "torch_rng": torch.get_rng_state()}, self.run_dir / LAST_STATE)
+
+    def average_checkpoints(self) -> None:
+        """Average the last validation checkpoints; keep the average as ``model.safetensors`` if
+        it validates better than the best so far. The model's own weights are left unchanged."""
+        backup = {k: v.clone() for k, v in self.model.state_dict().items()}
+        self.model.load_state_dict(average_weights(self.step_ckpts), strict=False)
+        result = self.evaluate()
+        improved = self._keep_if_best(result, {"step": str(self.state.step), "averaged": str(len(self.step_ckpts))})
+        self.metrics.write("average", step=self.state.step, checkpoints=len(self.step_ckpts), **result,
+                           best=improved)
+        log.info("average of %d checkpoints: ppl %.2f bleu %s%s", len(self.step_ckpts), result["valid_ppl"],
+                 _fmt(result["valid_bleu"]), " (kept)" if improved else " (not better; discarded)")
+        self.model.load_state_dict(backup)
+
+    # ---- the loop -----------------------------------------------------------------------------
+
+    def stop_reason(self) -> str | None:
+        """Why training must stop after the update just done, or None to go on."""
+        tc, step = self.config.train, self.state.step
+        if tc.max_steps and step >= tc.max_steps:
+            return f"reached max_steps {tc.max_steps}"
+        if tc.max_minutes and self.elapsed() + 1.5 * self.valid_seconds + 5 >= tc.max_minutes * 60:
+            return f"reached the {tc.max_minutes:g}-minute budget"
+        return None
+
+    def _log_window(self) -> None:
+        s, summary, budget = self.state, self.window.summary(), self.config.train.max_minutes
+        self.bar.set_postfix(loss=f"{summary['loss']:.3f}", lr=f"{self._last_lr:.2e}",
+                             tok_s=f"{summary['tgt_tokens_per_s']:.0f}", ep=s.epoch + 1, eta=f"{(budget * 60 - self.elapsed()) / 60:.0f}m" if budget else "-")
+        self.metrics.write("train", step=s.step, epoch=s.epoch + 1, seconds=round(self.elapsed(), 1),
+                           loss=summary["loss"], ppl=summary["ppl"], lr=self._last_lr,
+                           tgt_tokens_per_s=summary["tgt_tokens_per_s"], peak_rss_mib=peak_rss_mib())
+        if self.bar.disable:
+            log.info("step %d epoch %d loss %.3f lr %.2e %.0f tgt tok/s elapsed %.1f min", s.step, s.epoch + 1,
+                     summary["loss"], self._last_lr, summary["tgt_tokens_per_s"], self.elapsed() / 60)
+        self.window.reset()
+
+    def _run_epoch(self, batches: list[list[int]]) -> str | None:
+        """Updates over the rest of one epoch's batches; returns a stop reason, or None at its end."""
+        tc, s, corpus = self.config.train, self.state, self.data.train
+        while s.batch_in_epoch < len(batches):
+            group = batches[s.batch_in_epoch: s.batch_in_epoch + tc.accum_steps]
+            built = [make_batch([corpus.src[i] for i in idx], [corpus.tgt[i] for i in idx]) for idx in group]
+            t0 = time.monotonic()
+            self._last_lr = self.scheduler.get_last_lr()[0]  # the rate of this update
+            loss, nll, tokens = self.train_step(built)
+            s.batch_in_epoch += len(group)
+            self.run_tokens, self.run_seconds = self.run_tokens + tokens, self.run_seconds + time.monotonic() - t0
+            self.window.add(tokens, loss, nll)
+            self.bar.update(1)
+            if s.step % tc.log_every == 0:
+                self._log_window()
+            reason = self.stop_reason()
+            if s.step % tc.valid_every == 0 and reason is None:
+                self.validate()
+                self.window.start = time.monotonic()
+                if tc.stop_patience and s.bad_validations >= tc.stop_patience:
+                    reason = f"no improvement in {tc.stop_patience} validations"
+            if reason:
+                return reason
+        return None
+
+    def run(self) -> TrainResult:
+        """Train until a stop condition, validate a last time, average checkpoints if configured.
+
+        Returns:
+            The run's :class:`TrainResult`.
+        """
+        tc, s = self.config.train, self.state
+        self.model.train()
+        self.bar = tqdm(total=tc.max_steps, initial=s.step, disable=None if self.progress_bar else True,
+                        unit="upd", dynamic_ncols=True, desc="train")
+        reason = None
+        while reason is None:
+            batches = token_batches(self.data.train.lengths(), tc.batch_tokens, seed=tc.seed, epoch=s.epoch)
+            reason = self._run_epoch(batches)
+            if reason is None:
+                s.epoch, s.batch_in_epoch = s.epoch + 1, 0
+                if tc.max_epochs and s.epoch >= tc.max_epochs:
+                    reason = f"reached max_epochs {tc.max_epochs}"
+        self.bar.close()
+        log.info("stopping: %s", reason)
+        last = self.validate()
+        if tc.average_last > 1 and len(self.step_ckpts) > 1 and self.data.valid is not None:
+            self.average_checkpoints()
+        result = TrainResult(steps=s.step, epochs_done=s.epoch + s.batch_in_epoch / max(len(batches), 1),
+                             minutes=self.elapsed() / 60, best_valid_bleu=s.best_bleu, best_valid_ppl=s.best_ppl,
+                             tgt_tokens_per_second=self.run_tokens / max(self.run_seconds, 1e-9))
+        self.metrics.write("done", **asdict(result), precision=self.precision, stop_reason=reason,
+                           last_valid_bleu=last["valid_bleu"])
+        log.info("done: %d updates, %.1f epochs, %.1f minutes, best valid BLEU %s, %.0f tgt tok/s", s.step,
+                 result.epochs_done, result.minutes, _fmt(s.best_bleu), result.tgt_tokens_per_second)
+        return result
 
 
-def _try_average(model, step_ckpts, run_dir, valid_data, valid_refs, tgt_tok, config, best, metrics, step) -> None:
-    """Average the last validation checkpoints; keep the average if it validates better."""
-    backup = {k: v.clone() for k, v in model.state_dict().items()}
-    model.load_state_dict(average_weights(step_ckpts), strict=False)
-    result = validate(model, valid_data, valid_refs, tgt_tok, config, config.train.valid_bleu)
-    key = _selection_key(result, step)
-    improved = key > best["key"]
-    metrics.write(kind="average", step=step, checkpoints=len(step_ckpts), **result, best=improved)
-    log.info("average of %d checkpoints: ppl %.2f bleu %s%s", len(step_ckpts), result["valid_ppl"],
-             _fmt(result["valid_bleu"]), " (kept)" if improved else " (not better; discarded)")
-    if improved:
-        best.update(bleu=result["valid_bleu"], ppl=result["valid_ppl"], key=key)
-        save_weights(model, run_dir / WEIGHTS, {"step": str(step), "averaged": str(len(step_ckpts))})
-    model.load_state_dict(backup)
-
-
-def _selection_key(result: dict, step: int) -> tuple[float, float]:
-    """What 'best' means: higher validation BLEU, then lower perplexity (without validation
-    data, the latest step)."""
-    if result["valid_ppl"] is None:
-        return (float(step), 0.0)
-    bleu = result["valid_bleu"] if result["valid_bleu"] is not None else 0.0
-    return (bleu, -result["valid_ppl"])
+def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: str | None = None,
+          progress: bool = True) -> TrainResult:
+    """``Trainer(config, run_dir, resume, data_dir, progress).run()``: see :class:`Trainer`."""
+    return Trainer(config, run_dir, resume, data_dir, progress).run()
 
 
 def _fmt(x: float | None) -> str:

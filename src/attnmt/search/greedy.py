@@ -1,9 +1,10 @@
 """Greedy decoding with the key/value cache: each step feeds one new position per sentence.
 
-Sentences that have produced EOS (or reached their length limit) leave the batch, so late
-steps cost only what is still being decoded.
+At every step each sentence takes its most probable next token. Sentences that have produced
+EOS leave the batch, so late steps cost only what is still being decoded; at its length limit
+a sentence is given EOS, as in beam search.
 
-Shapes: B batch, S source length, D d_model, V vocabulary.
+Shapes: B batch, b sentences still decoded, S source length, D d_model, V vocabulary.
 """
 
 from __future__ import annotations
@@ -11,25 +12,25 @@ from __future__ import annotations
 import torch
 
 from attnmt.data.tokenizers import BOS_ID, EOS_ID
-from attnmt.decode.search import Hypothesis, max_output_lengths
 from attnmt.model.transformer import Transformer
+from attnmt.search.hypothesis import Hypothesis, max_output_lengths
 
 
 @torch.no_grad()
 def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5,
                   max_len_b: int = 10) -> list[Hypothesis]:
-    """Pick the most probable token at every step; at a sentence's length limit, EOS.
+    """Greedy search over a batch of sentences.
 
     Args:
         model: a Transformer in eval mode.
         src: (B, S) int64 source ids ending with EOS, right-padded.
-        max_len_a, max_len_b: output limit a * source length + b tokens (EOS included).
+        max_len_a, max_len_b: output limit ``a * source length + b`` tokens (EOS included).
     Returns:
         One :class:`Hypothesis` per sentence, in input order; ``score == log_prob``.
     """
     batch_size = src.size(0)
     memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
-    limits = max_output_lengths(src, max_len_a, max_len_b, model.config.max_positions - 1)
+    limits = max_output_lengths(src, model.pad_id, max_len_a, max_len_b, model.config.max_positions - 1)
     cache = model.init_cache()
     active = torch.arange(batch_size)  # sentence index of each live row
     last = torch.full((batch_size, 1), BOS_ID, dtype=torch.long, device=src.device)  # (B, 1)
@@ -41,11 +42,11 @@ def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5,
         best_lp, best = logp.max(dim=-1)  # (b,)
         best_lp = best_lp.float()
         step += 1
-        at_limit = limits[active] <= step  # (b,) these must end now: EOS, as in beam search
+        at_limit = limits[active] <= step  # (b,) these must end now
         if at_limit.any():
             best = torch.where(at_limit, torch.full_like(best, EOS_ID), best)
             best_lp = torch.where(at_limit, logp[:, EOS_ID].float(), best_lp)
-        for row, (sent, tok, lp) in enumerate(zip(active.tolist(), best.tolist(), best_lp.tolist())):
+        for sent, tok, lp in zip(active.tolist(), best.tolist(), best_lp.tolist()):
             tokens[sent].append(tok)
             lprobs[sent].append(lp)
         done = best == EOS_ID  # (b,)

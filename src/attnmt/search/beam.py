@@ -1,0 +1,198 @@
+"""Batched beam search with the GNMT length penalty, exact stopping and n-best lists.
+
+Length penalty (Wu et al., 2016, equation 14): lp(Y) = ((k + |Y|) / (k + 1))^alpha, with |Y|
+the number of output tokens including EOS and k = 5 in the paper (``length_penalty_k``); a
+finished hypothesis is ranked by log P(Y | X) / lp(Y). alpha = 0 ranks by log-probability.
+
+Each step keeps K open hypotheses (beams) per sentence. Of the 2K best one-token extensions
+(:func:`best_extensions`), those ending with EOS and ranked within the first K become finished
+hypotheses; the K best others stay open (fairseq's scheme). A sentence is done once it has
+``nbest`` finished hypotheses and no open one can still beat the worst of them: an open
+hypothesis with log-probability s <= 0 can at best reach s / max(lp(now + 1), lp(max length)),
+since log-probabilities only fall as it grows. At its length limit every hypothesis must end
+with EOS. Done sentences leave the batch.
+
+The search owns the decoder's key/value cache and reorders it to follow the surviving beams.
+The source side (encoder output, padding mask, source-attention keys and values) is kept once
+per sentence, not once per beam: the K beams attend to it together (``MultiHeadAttention``),
+and it moves only when sentences leave.
+
+Shapes: B batch (sentences), n sentences still searched, K beam size, S source length, V
+vocabulary, t tokens generated so far.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attnmt.data.tokenizers import BOS_ID, EOS_ID
+from attnmt.model.transformer import Transformer
+from attnmt.search.hypothesis import Hypothesis, max_output_lengths
+
+
+def length_penalty(length: int | float, alpha: float, k: float = 5.0) -> float:
+    """lp(Y) = ((k + |Y|) / (k + 1))^alpha (Wu et al., 2016, equation 14); 1 when alpha is 0."""
+    return ((k + length) / (k + 1.0)) ** alpha
+
+
+@dataclass
+class Extensions:
+    """The 2K best one-token extensions of each sentence's open beams, best first.
+
+    scores: (n, 2K) float32 log P of each extended prefix. rows: (n, 2K) int64, the row (of the
+    n*K beam rows) each extends. tokens: (n, 2K) int64, the new token. token_lp: (n, 2K)
+    float32, the new token's log-probability.
+    """
+
+    scores: torch.Tensor
+    rows: torch.Tensor
+    tokens: torch.Tensor
+    token_lp: torch.Tensor
+
+
+def best_extensions(scores: torch.Tensor, logp: torch.Tensor, at_limit: torch.Tensor) -> Extensions:
+    """One step of beam search: the 2K best extensions of each sentence's K open beams.
+
+    Found in two stages, without materialising the K x V candidates of a sentence: each beam's
+    2K most probable next tokens (no other extension can be among the sentence's 2K best), then
+    the 2K best of those K x 2K.
+
+    Args:
+        scores: (n, K) float32 log P of the open beams (-inf for a beam that is not live).
+        logp: (n*K, V) next-token log-probabilities, the beams of a sentence consecutive; any
+            float dtype (scores are accumulated in float32).
+        at_limit: (n,) bool, sentences at their length limit: EOS is their only extension.
+    Raises:
+        ValueError: a vocabulary smaller than 2K.
+    """
+    n, beam_size = scores.shape
+    width = 2 * beam_size
+    if logp.size(-1) < width:
+        raise ValueError(f"vocabulary ({logp.size(-1)}) must hold at least 2 * beam_size ({width}) tokens")
+    beam_lp, beam_tok = logp.topk(width, dim=-1)  # (n*K, 2K)
+    beam_lp = beam_lp.float()
+    if at_limit.any():
+        limit_rows = at_limit.repeat_interleave(beam_size)[:, None]  # (n*K, 1)
+        eos_lp = torch.full_like(beam_lp, float("-inf"))
+        eos_lp[:, :1] = logp[:, EOS_ID:EOS_ID + 1].float()
+        beam_lp = torch.where(limit_rows, eos_lp, beam_lp)
+        beam_tok = torch.where(limit_rows, torch.full_like(beam_tok, EOS_ID), beam_tok)
+    cand = (scores.view(n * beam_size, 1) + beam_lp).view(n, beam_size * width)  # (n, K*2K)
+    top_scores, top_idx = cand.topk(width, dim=1)  # (n, 2K)
+    rows = top_idx // width + torch.arange(n, device=scores.device)[:, None] * beam_size  # (n, 2K)
+    return Extensions(top_scores, rows, beam_tok.view(n, -1).gather(1, top_idx),
+                      beam_lp.view(n, -1).gather(1, top_idx))
+
+
+@dataclass
+class _Beams:
+    """The open beams of the sentences still searched.
+
+    active: the sentence index (into the batch) of each of the n sentences. scores: (n, K)
+    float32 log P of each beam. history: (n*K, 1+t) int64 tokens, BOS first. history_lp: (n*K,
+    t) float32 log-probability of each generated token.
+    """
+
+    active: list[int]
+    scores: torch.Tensor
+    history: torch.Tensor
+    history_lp: torch.Tensor
+
+    @classmethod
+    def start(cls, batch_size: int, beam_size: int, device: torch.device) -> "_Beams":
+        scores = torch.full((batch_size, beam_size), float("-inf"), device=device)
+        scores[:, 0] = 0.0  # at the start only one hypothesis (BOS) is live
+        history = torch.full((batch_size * beam_size, 1), BOS_ID, dtype=torch.long, device=device)
+        return cls(list(range(batch_size)), scores, history, torch.zeros((batch_size * beam_size, 0), device=device))
+
+
+def _finish(ext: Extensions, beams: _Beams, finished: list[list[Hypothesis]], alpha: float, k: float) -> None:
+    """Append the EOS extensions ranked within the first K to their sentence's finished list."""
+    beam_size = beams.scores.size(1)
+    is_eos = ext.tokens[:, :beam_size] == EOS_ID
+    new = (is_eos & torch.isfinite(ext.scores[:, :beam_size])).nonzero().tolist()
+    if not new:
+        return
+    rows, token_lp, scores = ext.rows.tolist(), ext.token_lp.tolist(), ext.scores.tolist()
+    for i, j in new:
+        r = rows[i][j]
+        tokens = beams.history[r, 1:].tolist() + [EOS_ID]
+        log_prob = scores[i][j]
+        finished[beams.active[i]].append(Hypothesis(
+            tokens, beams.history_lp[r].tolist() + [token_lp[i][j]], log_prob,
+            log_prob / length_penalty(len(tokens), alpha, k)))
+
+
+def _is_done(finished: list[Hypothesis], best_open: float, t: int, limit: int, nbest: int,
+             alpha: float, k: float) -> bool:
+    """Whether a sentence's search is over after t tokens (module docstring): its length limit,
+    no live beam left, or ``nbest`` finished hypotheses that no open beam can still beat."""
+    if limit <= t or best_open == float("-inf"):
+        return True
+    if len(finished) < nbest:
+        return False
+    worst_kept = sorted((h.score for h in finished), reverse=True)[nbest - 1]
+    bound = best_open / max(length_penalty(t + 1, alpha, k), length_penalty(limit, alpha, k))
+    return bound <= worst_kept
+
+
+@torch.no_grad()
+def beam_search(
+    model: Transformer, src: torch.Tensor, beam_size: int = 5, alpha: float = 0.6,
+    length_penalty_k: float = 5.0, max_len_a: float = 1.5, max_len_b: int = 10, nbest: int = 1,
+) -> list[list[Hypothesis]]:
+    """Beam search over a batch of sentences.
+
+    Args:
+        model: a Transformer in eval mode.
+        src: (B, S) int64 source ids ending with EOS, right-padded.
+        beam_size: K, the open hypotheses kept per sentence.
+        alpha, length_penalty_k: the length penalty's exponent and constant (0.6 and 5).
+        max_len_a, max_len_b: output limit ``a * source length + b`` tokens (EOS included).
+        nbest: hypotheses returned per sentence (1 <= nbest <= beam_size).
+    Returns:
+        For each sentence, in input order, ``nbest`` :class:`Hypothesis` sorted best first.
+    Raises:
+        ValueError: nbest outside [1, beam_size], or a vocabulary smaller than 2 * beam_size.
+    """
+    if not 1 <= nbest <= beam_size:
+        raise ValueError(f"nbest must be between 1 and beam_size ({beam_size}), got {nbest}")
+    K, device = beam_size, src.device
+    memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S): one row per sentence
+    limits = max_output_lengths(src, model.pad_id, max_len_a, max_len_b, model.config.max_positions - 1).tolist()
+    cache = model.init_cache()
+    beams = _Beams.start(src.size(0), K, device)
+    finished: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
+    t = 0
+    while beams.active:
+        logp = model.decode_step(beams.history[:, -1:], memory, src_mask, cache)  # (n*K, V)
+        memory = None  # from now on the cache holds the source keys/values
+        at_limit = torch.tensor([limits[s] <= t + 1 for s in beams.active], device=device)  # (n,)
+        ext = best_extensions(beams.scores, logp, at_limit)
+        t += 1
+        _finish(ext, beams, finished, alpha, length_penalty_k)
+        # The K best non-EOS extensions stay open (a stable sort keeps their rank order).
+        order = torch.argsort((ext.tokens == EOS_ID).to(torch.int8), dim=1, stable=True)[:, :K]  # (n, K)
+        scores = ext.scores.gather(1, order)  # (n, K)
+        rows = ext.rows.gather(1, order).view(-1)  # (n*K,)
+        tokens = ext.tokens.gather(1, order).view(-1, 1)  # (n*K, 1)
+        token_lp = ext.token_lp.gather(1, order).view(-1, 1)  # (n*K, 1)
+        best_open = scores.max(dim=1).values.tolist()  # (n,)
+        keep = [i for i, sent in enumerate(beams.active)
+                if not _is_done(finished[sent], best_open[i], t, limits[sent], nbest, alpha, length_penalty_k)]
+        if len(keep) < len(beams.active):  # done sentences leave: their beams and source rows
+            keep_t = torch.tensor(keep, dtype=torch.long, device=device)
+            beam_rows = (keep_t[:, None] * K + torch.arange(K, device=device)).view(-1)  # (n'*K,)
+            scores, rows = scores.index_select(0, keep_t), rows.index_select(0, beam_rows)
+            tokens, token_lp = tokens.index_select(0, beam_rows), token_lp.index_select(0, beam_rows)
+            src_mask = src_mask.index_select(0, keep_t)
+            cache.reorder(rows, keep_t)
+            beams.active = [beams.active[i] for i in keep]
+        else:  # beams moved only within their sentences: the source side stays in place
+            cache.reorder(rows)
+        beams.scores = scores
+        beams.history = torch.cat([beams.history.index_select(0, rows), tokens], dim=1)
+        beams.history_lp = torch.cat([beams.history_lp.index_select(0, rows), token_lp], dim=1)
+    return [sorted(f, key=lambda h: h.score, reverse=True)[:nbest] for f in finished]

@@ -1,0 +1,40 @@
+"""What every search returns, and the output length limit that greedy and beam search share.
+
+Shapes: B batch (sentences), S source length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Hypothesis:
+    """One output of a search.
+
+    tokens: generated ids, ending with EOS unless the length limit stopped the search first.
+    token_log_probs: natural-log probability of each of ``tokens`` (same length).
+    log_prob: the sum of ``token_log_probs``.
+    score: what ranks hypotheses: ``log_prob`` divided by the length penalty in beam search,
+        ``log_prob`` itself in greedy search.
+    """
+
+    tokens: list[int]
+    token_log_probs: list[float]
+    log_prob: float
+    score: float
+
+
+def max_output_lengths(src: torch.Tensor, pad_id: int, a: float, b: int, limit: int) -> torch.Tensor:
+    """Per-sentence output length limits ``floor(a * source length + b)`` in tokens (EOS
+    included), at least 1 and at most ``limit`` (the model's max_positions - 1).
+
+    Args:
+        src: (B, S) int64 source ids, right-padded with ``pad_id``.
+    Returns:
+        (B,) int64.
+    """
+    src_len = (src != pad_id).sum(dim=1).float()  # (B,)
+    return (a * src_len + b).floor().long().clamp(min=1, max=limit)
