@@ -269,10 +269,37 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     train(config_from_dict(raw), tmp_path / "resumed", progress=False)
     raw["train"]["max_steps"] = 60
     train(config_from_dict(raw), tmp_path / "resumed", resume=True, progress=False)
-    a, b = (torch.load(tmp_path / name / "checkpoints" / "last.pt", weights_only=True) for name in ("straight", "resumed"))
+    a, b = (torch.load(tmp_path / name / "checkpoints" / "last.pt", weights_only=True)
+            for name in ("straight", "resumed"))
     assert a["progress"]["step"] == b["progress"]["step"] == 60
     for key, value in a["model"].items():
         assert torch.equal(value, b["model"][key]), key
     assert a["optimizer"]["param_groups"][0]["lr"] == b["optimizer"]["param_groups"][0]["lr"]
     exp_avg = [s["exp_avg"] for s in a["optimizer"]["state"].values()]
     assert all(torch.equal(x, s["exp_avg"]) for x, s in zip(exp_avg, b["optimizer"]["state"].values()))
+
+
+def test_chunked_loss_switch_keeps_loss_and_gradients(tmp_path, monkeypatch):
+    """The trainer's CHUNKED_LOSS switch (memory) against the plain loss on the logits: the same
+    loss and the same gradients, on a real batch of the copy task, also with an output bias."""
+    from attnmt.train import trainer as trainer_module
+
+    raw = _config(tmp_path, max_steps=1)
+    raw["train"]["precision"] = "fp32"
+    raw["model"]["tie_output"] = False
+    trainer = Trainer(config_from_dict(raw), tmp_path / "run", progress=False)
+    projection = trainer.model.decoder.output_projection
+    projection.bias = torch.nn.Parameter(torch.randn(projection.out_features))
+    idx = list(range(40))
+    batch = make_batch([trainer.data.train.src[i] for i in idx], [trainer.data.train.tgt[i] for i in idx])
+    results = []
+    for chunked in (False, True):
+        monkeypatch.setattr(trainer_module, "CHUNKED_LOSS", chunked)
+        trainer.model.zero_grad()
+        loss, nll = trainer.batch_loss(batch)
+        loss.backward()
+        results.append((loss.item(), nll.item(), {n: p.grad.clone() for n, p in trainer.model.named_parameters()}))
+    (plain_loss, plain_nll, plain_grads), (loss, nll, grads) = results
+    assert loss == pytest.approx(plain_loss, rel=1e-5) and nll == pytest.approx(plain_nll, rel=1e-5)
+    for name, grad in plain_grads.items():
+        assert torch.allclose(grads[name], grad, atol=1e-5, rtol=1e-3), name

@@ -372,8 +372,9 @@ class Trainer:
 
     def _log_window(self) -> None:
         s, summary, budget = self.state, self.window.summary(), self.config.train.max_minutes
+        eta = f"{(budget * 60 - self.elapsed()) / 60:.0f}m" if budget else "-"
         self.bar.set_postfix(loss=f"{summary['loss']:.3f}", lr=f"{self._last_lr:.2e}",
-                             tok_s=f"{summary['tgt_tokens_per_s']:.0f}", ep=s.epoch + 1, eta=f"{(budget * 60 - self.elapsed()) / 60:.0f}m" if budget else "-")
+                             tok_s=f"{summary['tgt_tokens_per_s']:.0f}", ep=s.epoch + 1, eta=eta)
         self.metrics.write("train", step=s.step, epoch=s.epoch + 1, seconds=round(self.elapsed(), 1),
                            loss=summary["loss"], ppl=summary["ppl"], lr=self._last_lr,
                            tgt_tokens_per_s=summary["tgt_tokens_per_s"], peak_rss_mib=peak_rss_mib())
