@@ -13,11 +13,11 @@ suite does), and the validation perplexity at the end (equal for a change that k
 
 On a CPU without bfloat16 kernels, ``--emulate-bf16`` trains in bf16 autocast with the matmuls
 computed in float32 (``benchmarks/bf16_emulation.py``): its peak RSS compares two revisions'
-bf16 memory, but lacks oneDNN's own (0.8-0.9 GiB less than a real bf16 run), and its speed is
+bf16 memory, but lacks oneDNN's own (by how much: the record in RESULTS.md), and its speed is
 not bf16's.
 
 Not part of the suite (it does not touch RESULTS.md): it is the before/after check for one
-change, as the commit messages and the README's Speed section quote it.
+change; figures worth keeping go to the hand-kept record at the end of RESULTS.md.
 """
 
 from __future__ import annotations
@@ -33,9 +33,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from bench import combine_windows, fill_template, plain_splits, run  # noqa: E402  (the suite's helpers)
+from measure import run  # noqa: E402  (the suite's process runner: wall seconds and peak RSS)
+from setting import fill_template, plain_splits  # noqa: E402  (its config templates and data)
+from training import combine_windows  # noqa: E402  (its throughput measure)
 
 LOG_EVERY = 25
+# attnmt's allocator settings, from attnmt.memory (attnmt.runtime in revisions before it)
+TUNE_ALLOCATOR = ("try:\n    from attnmt.memory import tune_allocator\n"
+                  "except ModuleNotFoundError:\n    from attnmt.runtime import tune_allocator")
 
 
 def worktree(rev: str, work: Path) -> tuple[str, Path]:
@@ -92,7 +97,7 @@ def main() -> int:
         shutil.rmtree(out, ignore_errors=True)
         train_args = ["train", str(cfg), "--output", str(out)]
         if args.emulate_bf16:  # the allocator settings, the override, then the CLI
-            cmd = [sys.executable, "-c", "import sys; from attnmt.runtime import tune_allocator; tune_allocator(); "
+            cmd = [sys.executable, "-c", f"import sys\n{TUNE_ALLOCATOR}\ntune_allocator()\n"
                    "import bf16_emulation; from attnmt.cli import main; "
                    f"sys.exit(main({train_args!r}))"]
         else:

@@ -27,7 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from ab_train import ab_runs, add_ab_arguments  # noqa: E402  (the before/after helpers)
-from bench import run  # noqa: E402  (the suite's process runner: wall seconds and peak RSS)
+from measure import run  # noqa: E402  (the suite's process runner: wall seconds and peak RSS)
 
 
 def main() -> int:

@@ -1,19 +1,19 @@
 """bfloat16 autocast training on a CPU without bfloat16 kernels, for memory diagnostics only.
 
-On an AVX2-only CPU PyTorch multiplies bfloat16 matrices with a generic kernel at ~0.3-1.3
-GFLOP/s, so a bf16 training run of the benchmark setting would take days. Importing this module
-replaces the CPU kernels of ``aten::mm``, ``addmm``, ``bmm`` and ``baddbmm`` (through
-``torch.library``) for bfloat16 inputs: they are computed in float32 by the ``out=`` variants
-(which keep their original kernels) and rounded to bfloat16, so autocast runs at about float32
-speed and autograd saves the same bfloat16 tensors as on a CPU with bfloat16 kernels. It also
-makes ``attnmt.runtime.cpu_bf16_is_fast`` answer True, so that 'bf16' is not turned into 'fp32'.
+On an AVX2-only CPU PyTorch multiplies bfloat16 matrices with a generic kernel, hundreds of
+times slower than float32 (RESULTS-avx2.md's machine limit), so a bf16 training run of the
+benchmark setting would take days. Importing this module replaces the CPU kernels of
+``aten::mm``, ``addmm``, ``bmm`` and ``baddbmm`` (through ``torch.library``) for bfloat16
+inputs: they are computed in float32 by the ``out=`` variants (which keep their original
+kernels) and rounded to bfloat16, so autocast runs at about float32 speed and autograd saves the
+same bfloat16 tensors as on a CPU with bfloat16 kernels. It also makes
+``attnmt.precision.cpu_bf16_is_fast`` answer True, so that 'bf16' is not turned into 'fp32'.
 
 What it does not reproduce: oneDNN's own memory on a CPU with bfloat16 kernels (its weight
-reorders, scratchpads and primitive cache). For attnmt at 6d0ee9e, 300 updates of the suite
-setting peaked at 1.73 and 1.84 GiB emulated (two runs) against 2.61 GiB measured on a CPU with
-AVX-512 BF16 (benchmarks/RESULTS.md of 9fd7021, same memory-relevant code). So compare two
-revisions with it (``benchmarks/ab_train.py --emulate-bf16``), never the 2.7 GB limit with its
-absolute figure; speed figures under it mean nothing. Validation perplexity is close to real bfloat16 (float32
+reorders, scratchpads and primitive cache), so its peak RSS is below a real bf16 run's (how far
+below: the record at the end of RESULTS.md). So compare two revisions with it
+(``benchmarks/ab_train.py --emulate-bf16``), never the 2.7 GB limit with its absolute figure;
+speed figures under it mean nothing. Validation perplexity is close to real bfloat16 (float32
 accumulation of bfloat16 inputs, as oneDNN does) but not bit-equal.
 """
 
@@ -50,6 +50,10 @@ with warnings.catch_warnings():
     for _op in (torch.mm, torch.addmm, torch.bmm, torch.baddbmm):
         _lib.impl(_op.__name__, _in_float32(_op), "CPU")
 
-import attnmt.runtime as _runtime  # noqa: E402  (after the override, from whichever tree is on the path)
+# after the override, from whichever tree is on the path (before attnmt.precision: attnmt.runtime)
+try:
+    import attnmt.precision as _precision  # noqa: E402
+except ModuleNotFoundError:
+    import attnmt.runtime as _precision  # noqa: E402
 
-_runtime.cpu_bf16_is_fast = lambda: True
+_precision.cpu_bf16_is_fast = lambda: True

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # attnmt's benchmark suite in one command, from the repository root:
 #
-#   bash benchmarks/run.sh                 # ~30 min on the 2-core benchmark machine
+#   bash benchmarks/run.sh                 # its wall time on a 2-core machine: RESULTS.md
 #   bash benchmarks/run.sh --updates 200   # any option of benchmarks/bench.py (--help lists them)
 #
 # 1. makes the peers' virtual environments under benchmarks/work/ (gitignored; first time only,
