@@ -225,3 +225,35 @@ def test_embeddings_shared_and_scaled():
     assert model.decoder.output_projection.weight is emb.weight
     tokens = torch.tensor([[5]])
     assert torch.allclose(emb(tokens)[0, 0], emb.weight[5] * math.sqrt(32))
+
+
+@pytest.mark.parametrize("activation, expected", [
+    ("relu", lambda h: h.clamp(min=0)),
+    ("swish", lambda h: h * torch.sigmoid(h)),
+    ("gelu", lambda h: 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))),
+])
+def test_feed_forward_activation(activation, expected):
+    """FFN(x) = act(x W_1 + b_1) W_2 + b_2, with act chosen by ``model.activation``."""
+    model = tiny_model(activation=activation).eval()
+    ffn = model.encoder.layers[0].feed_forward
+    x = torch.randn(2, 3, 32)
+    by_hand = expected(x @ ffn.w_1.weight.T + ffn.w_1.bias) @ ffn.w_2.weight.T + ffn.w_2.bias
+    assert torch.allclose(ffn(x), by_hand, atol=1e-5)
+
+
+def test_output_bias_is_added_to_logits_and_learned():
+    """``model.output_bias``: logits = states W^T + b, b a trainable (V,) vector (zero at the
+    start); without it there is no bias at all."""
+    assert tiny_model().decoder.output_projection.bias is None
+    model = tiny_model(output_bias=True).eval()
+    projection = model.decoder.output_projection
+    assert projection.bias.shape == (projection.weight.size(0),) and not projection.bias.any()
+    src, tgt = torch.tensor([[5, 6, EOS_ID]]), torch.tensor([[BOS_ID, 7]])
+    before = model(src, tgt)
+    with torch.no_grad():
+        projection.bias[9] = 3.0
+    after = model(src, tgt)
+    assert torch.allclose(after[..., 9] - before[..., 9], torch.full((1, 2), 3.0))
+    assert torch.allclose(after[..., :9], before[..., :9])
+    after.sum().backward()
+    assert projection.bias.grad is not None

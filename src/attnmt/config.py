@@ -83,6 +83,9 @@ class ModelConfig(_Section):
     max_positions: int = Field(1024, gt=0)
     share_embeddings: bool = Field(False, description="one embedding for source and target (joint vocab)")
     tie_output: bool = Field(True, description="output projection shares the target embedding (sec. 3.4)")
+    output_bias: bool = Field(False, description="a learned bias on the logits; the paper has none")
+    activation: Literal["relu", "swish", "gelu"] = Field(
+        "relu", description="feed-forward activation; the paper's is relu (equation 2)")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "ModelConfig":

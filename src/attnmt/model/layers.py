@@ -17,23 +17,35 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnmt.config import ModelConfig
 from attnmt.model.attention import LayerCache, MultiHeadAttention
 from attnmt.model.dropout import Dropout, dropout
 
 Weights = torch.Tensor | None  # attention weights (B, H, Tq, Tk), when asked for
 
 
-class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (equation 2): (B, T, D) -> (B, T, D)."""
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu,  # the paper's max(0, x)
+    "swish": F.silu,  # x * sigmoid(x) (Ramachandran et al., 2017), MarianMT's choice
+    "gelu": F.gelu,  # x * Phi(x) (Hendrycks and Gimpel, 2016)
+}
 
-    def __init__(self, d_model: int, d_ff: int, activation_dropout: float = 0.0):
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (equation 2): (B, T, D) -> (B, T, D).
+
+    ``activation`` replaces max(0, .) by another of :data:`ACTIVATIONS` (the paper: relu).
+    """
+
+    def __init__(self, d_model: int, d_ff: int, activation_dropout: float = 0.0, activation: str = "relu"):
         super().__init__()
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
-        self.activation_dropout = activation_dropout  # dropout after the ReLU, in training
+        self.activation = ACTIVATIONS[activation]
+        self.activation_dropout = activation_dropout  # dropout after the activation, in training
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = F.relu(self.w_1(x))  # (B, T, F)
+        h = self.activation(self.w_1(x))  # (B, T, F)
         h = dropout(h, self.activation_dropout, self.training)
         return self.w_2(h)
 
@@ -61,12 +73,11 @@ class ResidualSublayer(nn.Module):
 class EncoderLayer(nn.Module):
     """Self-attention, then the feed-forward network (Figure 1, left)."""
 
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float,
-                 attention_dropout: float = 0.0, activation_dropout: float = 0.0, norm_first: bool = False):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, activation_dropout)
-        self.sublayers = nn.ModuleList(ResidualSublayer(d_model, dropout, norm_first) for _ in range(2))
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.num_heads, cfg.attention_dropout)
+        self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
+        self.sublayers = nn.ModuleList(ResidualSublayer(cfg.d_model, cfg.dropout, cfg.norm_first) for _ in range(2))
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor,
                 need_weights: bool = False) -> tuple[torch.Tensor, Weights]:
@@ -81,13 +92,12 @@ class DecoderLayer(nn.Module):
     """Masked self-attention, source attention over the encoder output, then the feed-forward
     network (Figure 1, right)."""
 
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float,
-                 attention_dropout: float = 0.0, activation_dropout: float = 0.0, norm_first: bool = False):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout)
-        self.src_attn = MultiHeadAttention(d_model, num_heads, attention_dropout)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, activation_dropout)
-        self.sublayers = nn.ModuleList(ResidualSublayer(d_model, dropout, norm_first) for _ in range(3))
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.num_heads, cfg.attention_dropout)
+        self.src_attn = MultiHeadAttention(cfg.d_model, cfg.num_heads, cfg.attention_dropout)
+        self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
+        self.sublayers = nn.ModuleList(ResidualSublayer(cfg.d_model, cfg.dropout, cfg.norm_first) for _ in range(3))
 
     def forward(
         self, x: torch.Tensor, memory: torch.Tensor | None, src_mask: torch.Tensor,

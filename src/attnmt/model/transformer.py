@@ -73,8 +73,7 @@ class Encoder(nn.Module):
         self.positions = _positions(cfg)
         self.dropout = Dropout(cfg.dropout)
         self.layers = nn.ModuleList(
-            EncoderLayer(cfg.d_model, cfg.num_heads, cfg.d_ff, cfg.dropout, cfg.attention_dropout,
-                         cfg.activation_dropout, cfg.norm_first)
+            EncoderLayer(cfg)
             for _ in range(cfg.num_encoder_layers)
         )
         self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
@@ -102,16 +101,17 @@ class Decoder(nn.Module):
         self.positions = _positions(cfg)
         self.dropout = Dropout(cfg.dropout)
         self.layers = nn.ModuleList(
-            DecoderLayer(cfg.d_model, cfg.num_heads, cfg.d_ff, cfg.dropout, cfg.attention_dropout,
-                         cfg.activation_dropout, cfg.norm_first)
+            DecoderLayer(cfg)
             for _ in range(cfg.num_decoder_layers)
         )
         self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
-        self.output_projection = nn.Linear(cfg.d_model, vocab_size, bias=False)
+        self.output_projection = nn.Linear(cfg.d_model, vocab_size, bias=cfg.output_bias)
         if cfg.tie_output:
             self.output_projection.weight = embedding.weight
         else:
             nn.init.normal_(self.output_projection.weight, std=cfg.d_model ** -0.5)
+        if cfg.output_bias:  # a learned bias on the logits (not in the paper), zero at the start
+            nn.init.zeros_(self.output_projection.bias)
 
     def forward(
         self, tgt_in: torch.Tensor, memory: torch.Tensor | None, src_mask: torch.Tensor,
