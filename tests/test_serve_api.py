@@ -11,6 +11,7 @@ import time
 
 import httpx
 import pytest
+import torch
 from fastapi.testclient import TestClient
 
 from attnmt import cli
@@ -163,7 +164,8 @@ def test_attention_layer_setting(translator):
     src_ids = translator.encode_sources(["hund"])[0]
     out_ids = translator.translate(["hund"])[0].hypotheses[0].token_ids
     assert att["layer"] == 1
-    assert att["weights"] == pytest.approx(translator.source_attention(src_ids, out_ids)[0].mean(0).tolist(), abs=1e-4)
+    expected = translator.source_attention(src_ids, out_ids)[0].mean(0)  # layer 1, head average: (T, S)
+    assert torch.tensor(att["weights"]) == pytest.approx(expected, abs=1e-4)
 
 
 def test_concurrent_requests_are_batched(translator):

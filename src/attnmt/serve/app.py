@@ -201,7 +201,8 @@ class RequestGuard:
     """ASGI middleware: refuses bodies over ``max_body_bytes`` (413) and records each
     ``/v1/translate`` request's status and latency in the metrics.
 
-    Checks the Content-Length header, and counts the bytes of bodies sent without one.
+    Checks the Content-Length header first; a body sent without one (chunked) is read up to the
+    limit before the app sees it.
     """
 
     def __init__(self, app, state: _AppState):
@@ -212,37 +213,54 @@ class RequestGuard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         started, limit = time.perf_counter(), self.state.settings.max_body_bytes
-        status = {"code": 500, "sent": False}
-        received = 0
+        status = {"code": 500}
 
         async def send_recording(message):
             if message["type"] == "http.response.start":
-                status.update(code=message["status"], sent=True)
+                status["code"] = message["status"]
             await send(message)
 
-        async def receive_limited():
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > limit:
-                raise _BodyTooLarge
-            return message
-
         try:
-            length = dict(scope["headers"]).get(b"content-length")
-            if length is not None and int(length) > limit:
-                raise _BodyTooLarge
-            await self.app(scope, receive_limited, send_recording)
-        except _BodyTooLarge:
-            if not status["sent"]:
+            body = await _read_body(scope, receive, limit)
+            if body is None:
                 await _send_json(send_recording, 413, {"detail": f"the request body is over {limit} bytes"})
+                return
+            await self.app(scope, _replay(body, receive), send_recording)
         finally:
             if scope["path"] == TRANSLATE_PATH:
                 self.state.metrics.observe_request(status["code"], started)
 
 
-class _BodyTooLarge(Exception):
-    pass
+async def _read_body(scope, receive, limit: int) -> bytes | None:
+    """The whole request body, or None when it is over ``limit`` bytes."""
+    length = dict(scope["headers"]).get(b"content-length")
+    if length is not None and int(length) > limit:
+        return None
+    chunks, size, more = [], 0, True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":  # the client went away
+            return b"".join(chunks)
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if size > limit:
+            return None
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive):
+    """An ASGI ``receive`` that gives ``body`` once, then waits on the real one (disconnects)."""
+    sent = False
+
+    async def replay():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 async def _send_json(send, code: int, body: dict) -> None:
