@@ -74,6 +74,7 @@ async def run_clients(url: str, sentences: list[str], clients: int, seconds: flo
                       on_warm) -> dict:
     latencies: list[float] = []
     errors: dict[str, int] = {}
+    samples: list[str] = []
     sent = 0
     started = time.perf_counter()
     deadline = started + seconds
@@ -90,6 +91,9 @@ async def run_clients(url: str, sentences: list[str], clients: int, seconds: flo
                 key = None if r.status_code == 200 else f"HTTP {r.status_code}"
             except httpx.HTTPError as e:
                 key = type(e).__name__
+                if len(samples) < 10:
+                    samples.append(f"{time.perf_counter() - started:.1f} s, after {time.perf_counter() - t0:.1f} s: "
+                                   f"{key}: {e!r} {e.__cause__!r}")
             if key is None:
                 latencies.append(time.perf_counter() - t0)
             else:
@@ -99,12 +103,12 @@ async def run_clients(url: str, sentences: list[str], clients: int, seconds: flo
                 on_warm()
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(limits=limits, timeout=120) as c:
+    async with httpx.AsyncClient(limits=limits, timeout=900) as c:
         await asyncio.gather(*(client(c) for _ in range(clients)))
     elapsed = time.perf_counter() - started
     latencies.sort()
     q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [float("nan")] * 99
-    return {"requests": sent, "ok": len(latencies), "errors": errors, "seconds": round(elapsed, 1),
+    return {"requests": sent, "ok": len(latencies), "errors": errors, "error_samples": samples, "seconds": round(elapsed, 1),
             "sentences_per_s": round(len(latencies) / elapsed, 2),
             "latency_p50_s": round(q[49], 3), "latency_p99_s": round(q[98], 3),
             "latency_max_s": round(latencies[-1], 3) if latencies else None}
@@ -118,14 +122,16 @@ def batch_stats(url: str) -> dict:
             "mean_queue_s": round(value("attnmt_queue_seconds_sum") / value("attnmt_queue_seconds_count"), 3)}
 
 
-def offline(model: str, path: Path, threads: int | None) -> dict:
+def offline(model: str, sentences: list[str], threads: int | None, work: Path) -> dict:
+    path = work / "offline_input.de"
+    path.write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
     cmd = [sys.executable, "-m", "attnmt", "-q", "translate", "--model", model, "--input", str(path),
            "--output", os.devnull]
     cmd += ["--threads", str(threads)] if threads else []
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True)
     seconds = time.perf_counter() - t0
-    n = len(read_sentences(path))
+    n = len(sentences)
     return {"command": " ".join(cmd[1:]), "sentences": n, "seconds": round(seconds, 1),
             "sentences_per_s": round(n / seconds, 2)}
 
@@ -139,7 +145,8 @@ def main() -> None:
     ap.add_argument("--max-requests", type=int, default=200_000, help="request count bound")
     ap.add_argument("--threads", type=int, help="torch threads of the server and of the offline run")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a server setting")
-    ap.add_argument("--no-offline", action="store_true", help="skip the offline comparison")
+    ap.add_argument("--offline-sentences", type=int, help="translate only the first N sentences offline "
+                    "(default: all); 0 skips the offline comparison")
     ap.add_argument("--output", type=Path, help="also write the report here (JSON)")
     args = ap.parse_args()
     sentences = read_sentences(args.input)
@@ -154,8 +161,9 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(60)
-    if not args.no_offline:
-        report["offline"] = offline(args.model, args.input, args.threads)
+    if args.offline_sentences != 0:
+        work = (args.output or Path("load_test.json")).resolve().parent
+        report["offline"] = offline(args.model, sentences[:args.offline_sentences], args.threads, work)
     text = json.dumps(report, indent=2)
     print(text)
     if args.output:

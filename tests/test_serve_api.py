@@ -203,3 +203,15 @@ def test_cli_serve_errors_are_one_line(dictionary_model_dir, tmp_path, monkeypat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "pip install 'attnmt[serve]'" in err
 
+
+
+def test_cli_serve_passes_settings_to_uvicorn(dictionary_model_dir, monkeypatch):
+    import uvicorn
+
+    calls = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append((app, kwargs)))
+    assert cli.main(["serve", "--model", str(dictionary_model_dir), "--port", "8123", "--set", "keep_alive_s=12",
+                     "--set", "max_sentences=3"]) == 0
+    app, kwargs = calls[0]
+    assert (kwargs["host"], kwargs["port"], kwargs["timeout_keep_alive"]) == ("127.0.0.1", 8123, 12.0)
+    assert app.state.attnmt.settings.max_sentences == 3

@@ -102,7 +102,8 @@ def test_queue_limit_close_drains_and_errors_reach_every_request():
 
 
 @pytest.mark.parametrize("name", ["max_body_bytes", "max_sentences", "max_chars", "max_beam_size", "batch_tokens",
-                                  "max_queue", "retry_after_s", "request_timeout_s", "attention_layer"])
+                                  "max_queue", "retry_after_s", "request_timeout_s", "keep_alive_s",
+                                  "attention_layer"])
 def test_settings_reject_zero_and_negative_limits(name):
     for value in (0, -1):
         with pytest.raises(ValidationError):

@@ -88,12 +88,12 @@ def test_page_shows_translation_confidence_and_attention(server, tmp_path):
 
 
 def test_sigterm_finishes_the_requests_in_flight(dictionary_model_dir):
-    # Sentences wait up to 400 ms for company, so SIGTERM arrives while they are queued.
-    proc, url = _start(dictionary_model_dir, "--set", "max_wait_ms=400")
+    # Sentences wait up to 1.5 s for company, so SIGTERM arrives while they are queued.
+    proc, url = _start(dictionary_model_dir, "--set", "max_wait_ms=1500")
     texts = ["hund", "katze sieht ball", "frau fährt auto", "kind spielt"]
     with ThreadPoolExecutor(len(texts)) as pool:
         futures = [pool.submit(httpx.post, url + "/v1/translate", json={"text": t}, timeout=60) for t in texts]
-        time.sleep(0.2)
+        time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)
         replies = [f.result() for f in futures]
     assert proc.wait(60) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once it has shut down

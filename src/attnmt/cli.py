@@ -216,7 +216,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         first = e.errors()[0]
         raise AttnmtError(f"--set {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
     app = create_app(lambda: _translator(args), settings, name=Path(args.model).resolve().name)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info",
+                timeout_keep_alive=settings.keep_alive_s)
     return 0
 
 

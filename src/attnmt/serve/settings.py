@@ -31,6 +31,8 @@ class ServeSettings(BaseModel):
     retry_after_s: int = Field(1, gt=0, description="the Retry-After header of a 503, in seconds")
     request_timeout_s: float = Field(60.0, gt=0.0, description="longest a request waits for its translations, "
                                                                "in seconds (else 504)")
+    keep_alive_s: float = Field(30.0, gt=0.0, description="how long an idle HTTP/1.1 connection stays open, in "
+                                "seconds (uvicorn's timeout_keep_alive)")
     attention_layer: int | None = Field(
         None, gt=0, description="the decoder layer (1-based) whose head-averaged source attention is returned; "
         "default: the plot's default layer, or the last layer of a shallower model")
