@@ -1,4 +1,4 @@
-"""The ``attnmt`` command line: train, translate, evaluate, score, plot-attention, plot-training.
+"""The ``attnmt`` command line: train, translate, evaluate, score, plot-attention, plot-training, serve.
 
 User mistakes (bad configuration, missing or malformed files) print one line to stderr,
 ``attnmt: error: ...``, and exit with status 2; no traceback.
@@ -16,13 +16,11 @@ import sys
 import time
 from pathlib import Path
 
+from attnmt.config import DEFAULT_ATTENTION_LAYER
 from attnmt.errors import AttnmtError
 
 log = logging.getLogger("attnmt")
 
-# The decoder layer whose head-averaged source attention aligned words best on the Multi30k
-# German->English preset (see README, "Looking inside").
-DEFAULT_ATTENTION_LAYER = 2
 
 
 def _read_input(path: str | None) -> list[str]:
@@ -198,12 +196,48 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from attnmt.serve.app import create_app
+    except ImportError as e:
+        raise AttnmtError(f"attnmt serve needs FastAPI, uvicorn and prometheus-client ({e.name} is missing): "
+                          "pip install 'attnmt[serve]'") from None
+    from pydantic import ValidationError
+
+    from attnmt.rundir import read_config
+    from attnmt.serve.settings import ServeSettings
+
+    read_config(args.model)  # a missing or broken model directory: a one-line error before the server starts
+    try:
+        settings = ServeSettings(**dict(_setting(item) for item in args.set))
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise AttnmtError(f"--set {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    app = create_app(lambda: _translator(args), settings, name=Path(args.model).resolve().name)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info",
+                timeout_keep_alive=settings.keep_alive_s)
+    return 0
+
+
+def _setting(item: str) -> tuple[str, str]:
+    name, eq, value = item.partition("=")
+    if not eq or not name:
+        raise AttnmtError(f"--set {item!r}: expected NAME=VALUE")
+    return name.strip(), value.strip()
+
+
 def _add_decode_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="model directory written by 'attnmt train'")
-    p.add_argument("--weights", help="a .safetensors file to use instead of MODEL/model.safetensors")
+    _add_model_options(p)
     p.add_argument("--beam-size", type=int, help="beam size K (1 = greedy); default from the model's config")
     p.add_argument("--batch-size", type=int, help="sentences per batch; default from the model's config")
     p.add_argument("--length-penalty", type=float, help="alpha of the GNMT length penalty (default 0.6)")
+
+
+def _add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="model directory written by 'attnmt train'")
+    p.add_argument("--weights", help="a .safetensors file to use instead of MODEL/model.safetensors")
     p.add_argument("--precision", choices=["fp32", "bf16", "int8"],
                    help="inference precision: fp32, bf16, or int8 (dynamic quantisation); default from the model's config")
     p.add_argument("--attention", choices=["explicit", "fused"],
@@ -257,6 +291,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="run directory (with train_log.jsonl)")
     p.add_argument("--output", help="PNG file (default RUN_DIR/training.png)")
     p.set_defaults(func=cmd_plot_training)
+
+    p = sub.add_parser("serve", help="an HTTP translation API with dynamic batching, and a page showing attention")
+    _add_model_options(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="a server limit, e.g. --set max_wait_ms=10 (see README, 'Serving')")
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("evaluate", help="BLEU and chrF (sacreBLEU) of a model on a test set")
     _add_decode_options(p)

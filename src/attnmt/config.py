@@ -121,6 +121,11 @@ class TrainConfig(_Section):
     stop_patience: int | None = Field(None, gt=0, description="stop after N validations without improvement")
 
 
+# The decoder layer whose head-averaged source attention aligned words best on the Multi30k
+# German->English preset (see README, "Looking inside"); plots and the server show it by default.
+DEFAULT_ATTENTION_LAYER = 2
+
+
 class DecodeConfig(_Section):
     """Search defaults (beam search with the GNMT length penalty, Wu et al., 2016, eq. 14)."""
 

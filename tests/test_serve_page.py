@@ -1,0 +1,104 @@
+"""The served page in a real headless browser (Debian's chromium driven by playwright), and the
+server process: `attnmt serve` on 127.0.0.1, then SIGTERM with requests in flight."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from attnmt.decode.translator import Translator
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SENTENCE = "ein mann sieht katze und hund"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(model_dir, *extra):
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "attnmt", "serve", "--model", str(model_dir), "--port", str(port),
+                             "--threads", "1", *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        assert proc.poll() is None, proc.stdout.read()
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "the server did not become ready"
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def server(dictionary_model_dir):
+    proc, url = _start(dictionary_model_dir)
+    yield url
+    proc.terminate()
+    proc.wait(30)
+
+
+def test_page_shows_translation_confidence_and_attention(server, tmp_path):
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("chromium is not installed (.ci/run installs it)")
+    from playwright.sync_api import sync_playwright
+
+    api = httpx.post(server + "/v1/translate", json={"text": SENTENCE, "beam_size": 3, "nbest": 2,
+                                                     "return_scores": True, "return_attention": True}).json()
+    expected = api["translations"][0]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1100, "height": 900})
+        page.goto(server + "/")
+        page.fill("#source", SENTENCE)
+        page.fill("#beam-size", "3")
+        page.fill("#nbest", "2")
+        page.click("#translate")
+        page.wait_for_selector("#translation .tok")
+        shown = page.get_attribute("#translation", "data-text")
+        tokens = page.locator("#translation .tok")
+        assert shown == expected["text"] != ""
+        assert tokens.count() == len(expected["attention"]["tgt_tokens"])
+        assert page.locator("#nbest-list li").count() == 2
+        assert page.locator("#heatmap tbody tr").count() == tokens.count()
+        for i in (1, 3):  # hover an output word: the outlined source word is the most attended one
+            tokens.nth(i).hover()
+            top = page.locator("#source-tokens .tok.top")
+            assert top.count() == 1
+            row = expected["attention"]["weights"][i]
+            assert int(top.get_attribute("data-index")) == row.index(max(row))
+            assert top.inner_text() == expected["attention"]["src_tokens"][row.index(max(row))].lstrip("\u2581")
+        page.screenshot(path=str(tmp_path / "serve_page.png"), full_page=True)
+        browser.close()
+    assert (tmp_path / "serve_page.png").stat().st_size > 10_000
+
+
+def test_sigterm_finishes_the_requests_in_flight(dictionary_model_dir):
+    # Sentences wait up to 1.5 s for company, so SIGTERM arrives while they are queued.
+    proc, url = _start(dictionary_model_dir, "--set", "max_wait_ms=1500")
+    texts = ["hund", "katze sieht ball", "frau fährt auto", "kind spielt"]
+    with ThreadPoolExecutor(len(texts)) as pool:
+        futures = [pool.submit(httpx.post, url + "/v1/translate", json={"text": t}, timeout=60) for t in texts]
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        replies = [f.result() for f in futures]
+    assert proc.wait(60) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once it has shut down
+    assert [r.status_code for r in replies] == [200] * len(texts)
+    translator = Translator.from_dir(dictionary_model_dir)
+    assert [r.json()["translations"][0]["text"] for r in replies] == [t.text for t in translator.translate(texts)]
+    with pytest.raises(httpx.TransportError):
+        httpx.get(url + "/health", timeout=2)
