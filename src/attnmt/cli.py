@@ -310,8 +310,15 @@ def _add_decode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=positive_int, help="CPU threads (default: PyTorch's)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (``attnmt translate: error: ...``, exit 2), no usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="attnmt", description="Transformer neural machine translation")
+    parser = _Parser(prog="attnmt", description="Transformer neural machine translation")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     sub = parser.add_subparsers(dest="command", required=True)
