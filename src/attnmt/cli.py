@@ -94,10 +94,13 @@ def _one_line(text: str) -> str:
 
 
 def _json_line(obj) -> str:
-    """Strict JSON: numbers that are not finite (a NaN model's scores) become null."""
+    """Strict JSON: numbers that are not finite (a NaN model's scores) become null; the line
+    breaks JSON leaves raw (U+0085, U+2028, U+2029) are escaped, so a record is one line for
+    every reader."""
     from attnmt.train.metrics import finite_or_none
 
-    return json.dumps(finite_or_none(obj), ensure_ascii=False, allow_nan=False)
+    text = json.dumps(finite_or_none(obj), ensure_ascii=False, allow_nan=False)
+    return text.replace("\x85", "\\u0085").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
 def _read_input(path: str | None) -> list[str]:
