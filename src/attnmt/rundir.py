@@ -89,7 +89,8 @@ def read_config(run_dir: str | Path) -> Config:
     """
     path = Path(run_dir) / CONFIG
     if not Path(run_dir).is_dir():
-        raise CheckpointError(f"{run_dir}: no such model directory")
+        what = "not a directory" if Path(run_dir).exists() else "no such model directory"
+        raise CheckpointError(f"{run_dir}: {what}")
     if not path.is_file():
         raise CheckpointError(f"{path}: missing; is {run_dir} a model directory made by 'attnmt train'?")
     try:
