@@ -131,6 +131,7 @@ def test_cli_user_mistakes_are_one_line(tiny_run, broken_models, tmp_path, capsy
     two = tmp_path / "two.txt"
     two.write_text("alpha bravo\ncharlie\n")
     (tmp_path / "one.txt").write_text("alpha\n")
+    (tmp_path / "empty").write_text("")
     flipped = bytearray(gzip.compress(b"alpha bravo\n" * 500))
     flipped[len(flipped) // 2] ^= 0xFF
     (tmp_path / "flipped.gz").write_bytes(bytes(flipped))
@@ -156,6 +157,8 @@ def test_cli_user_mistakes_are_one_line(tiny_run, broken_models, tmp_path, capsy
         (["plot-attention", "--model", m, "--input", str(two), "--output", str(two)], ["not a directory"]),
         (["plot-attention", "--model", m, "alpha", "--output", str(tmp_path / "a.png"), "--layer", "0"], ["--layer"]),
         (["plot-training", str(tiny_run), "--output", missing_dir], ["--output"]),
+        (["evaluate", "--model", m, "--src", str(tmp_path / "empty"), "--ref", str(tmp_path / "empty")],
+         ["no sentences"]),
         (["plot-training", str(tmp_path / "torn")], ["train_log.jsonl:2"]),
         (["train", str(tiny_run / "config.yaml"), "--output", str(two / "run")], ["--output"]),
         (["train", str(tiny_run / "config.yaml"), "--output", str(tmp_path / "r"), "--set", "train.lr=.inf"],

@@ -281,6 +281,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     check_output_file(args.hyp_output, "--hyp-output")
     src, ref = read_parallel(args.src, args.ref)
+    if not src:
+        raise AttnmtError(f"{args.src}: no sentences to evaluate")
     tr = _translator(args)
     t0 = time.perf_counter()
     hyps = [r.text for r in tr.translate(src, beam_size=args.beam_size, batch_size=args.batch_size,
