@@ -3,12 +3,14 @@ moments and resumed each time, against the same run uninterrupted.
 
 Steps: write a configuration (a slice of Multi30k de-en, a small model, frequent validations
 and checkpoint averaging), train it once without interruption (the reference), then train it
-again as ``attnmt train ... --resume`` processes, each killed with SIGKILL at a random moment
-of the life it would have had: after a delay uniform in [0, 1.1 x (start-up + the reference's
-time for the updates still to do after the saved state, final validation and averaging
-included)], until KILLS kills have happened; a last process runs to the end. So early kills
-fall anywhere in training, and once training is checkpointed near its end, kills fall on
-start-up, the final validation and the averaging. After every kill each file of the run directory that exists must be readable: the
+again as ``attnmt train ... --resume`` processes, each killed with SIGKILL, until KILLS kills
+have happened; a last process runs to the end. The kill moments are random and spread over
+the whole run: a fifth of the kills fall uniformly within a process's start-up (reading the
+corpus, SentencePiece, loading the state); the others at KILLS-many points drawn uniformly on
+the reference's timeline after start-up (training, validations, the final validation and
+the averaging), taken in order: a process resumed from a state at step s is killed at
+start-up + (point - the reference's time at step s), or right after start-up if the point is
+already behind it. After every kill each file of the run directory that exists must be readable: the
 resumable state (``torch.load(weights_only=True)``), the safetensors weights, the SentencePiece
 model, config.yaml, and every line of train_log.jsonl but a torn last one. At the end the run
 must equal the reference: the same weights (state and model.safetensors, bit for bit), the
@@ -121,16 +123,24 @@ def readable_files(run_dir: Path) -> list[str]:
 
 
 def phase(stderr: str) -> str:
-    """Where a killed process was, from its last log line."""
+    """Where a killed process was, from its log lines."""
     lines = [line for line in stderr.splitlines() if " INFO " in line or " WARNING " in line]
     last = lines[-1] if lines else ""
-    for needle, name in (("done:", "after done"), ("average of", "after averaging"), ("stopping:", "final validation"),
-                         (" valid:", "training"), ("epoch", "training"), ("model:", "training (first updates)"),
-                         ("training pairs", "building the model"), ("SentencePiece", "SentencePiece"),
-                         ("already finished", "no-op resume"), ("resumed", "training"), ("reading", "reading data")):
-        if needle in last:
-            return name
-    return "start-up"
+    if "already finished" in stderr:
+        return "no-op resume of a finished run"
+    if "done:" in last:
+        return "after the done record"
+    if "average of" in last:
+        return "averaging written, before the last save"
+    if "stopping:" in stderr or "resuming after the final validation" in stderr:
+        return "averaging" if (" valid:" in last or "resuming after" in last) else "final validation"
+    if " valid:" in last or "epoch" in last:
+        return "training"
+    if "model:" in last:
+        return "first update"
+    if "SentencePiece" in last or "training pairs" in last:
+        return "SentencePiece, encoding, building the model"
+    return "start-up (imports, reading the corpus)"
 
 
 def records(run_dir: Path) -> list[dict]:
@@ -172,22 +182,27 @@ def main(argv=None) -> int:
     reference_seconds = time.monotonic() - t0
     rng = random.Random(args.seed)
 
-    def lifetime() -> float:
-        """Seconds a training process started now would run (estimated from the reference)."""
+    work_seconds = reference_seconds - startup
+    points = sorted(rng.uniform(0, work_seconds) for _ in range(args.kills))
+
+    def kill_delay() -> float:
+        """Seconds after which to kill the next process (module docstring)."""
+        if rng.random() < 0.2:
+            return rng.uniform(0, startup)
+        point = points.pop(0) if points else rng.uniform(0, work_seconds)
         try:
             progress = torch.load(run / "checkpoints" / "last.pt", weights_only=True)["progress"]
+            done = work_seconds * min(1.0, progress["step"] / args.max_steps)
         except (OSError, RuntimeError, KeyError):
-            return reference_seconds
-        if progress.get("finished"):
-            return startup
-        return startup + (reference_seconds - startup) * (1 - progress["step"] / args.max_steps)
+            done = 0.0
+        return startup + max(0.0, point - done) + rng.uniform(0, 1)
 
     run = work / "run"
     kills, unreadable, phases, processes = 0, [], {}, 0
     t1 = time.monotonic()
     while True:
         final = kills >= args.kills
-        delay = None if final else rng.uniform(0, 1.1 * lifetime())
+        delay = None if final else kill_delay()
         proc = subprocess.Popen(train_command(config, run), env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
         processes += 1
@@ -197,6 +212,7 @@ def main(argv=None) -> int:
             proc.send_signal(signal.SIGKILL)
             _, err = proc.communicate()
             kills += 1
+            (work / f"kill_{kills:03d}.log").write_text(f"killed after {delay:.1f} s\n{err}")
             where = phase(err)
             phases[where] = phases.get(where, 0) + 1
             unreadable += [f"kill {kills}: {m}" for m in readable_files(run)] if run.exists() else []
