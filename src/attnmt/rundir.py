@@ -16,6 +16,7 @@ Library: safetensors, PyYAML.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -59,10 +60,19 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
         os.replace(tmp, path)
         fsync_dir(path.parent)
     except (OSError, RuntimeError, SafetensorError) as e:  # torch.save reports a failed write as RuntimeError
-        raise WriteError(f"{path}: cannot write: {getattr(e, 'strerror', None) or e}") from e
+        reason = getattr(e, "strerror", None) or str(e).splitlines()[0]
+        raise WriteError(f"{path}: cannot write: {reason}{_free_space(path.parent)}") from e
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _free_space(directory: Path) -> str:
+    """' (N MiB free on the disk)', a hint when a write failed; '' if unknown."""
+    try:
+        return f" ({shutil.disk_usage(directory).free / 2**20:.0f} MiB free on the disk)"
+    except OSError:
+        return ""
 
 
 def fsync_dir(directory: str | Path) -> None:
