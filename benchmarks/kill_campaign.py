@@ -5,8 +5,9 @@ Steps: write a configuration (a slice of Multi30k de-en, a small model, frequent
 and checkpoint averaging), train it once without interruption (the reference), then train it
 again as ``attnmt train ... --resume`` processes, each killed with SIGKILL, until KILLS kills
 have happened; a last process runs to the end. The kill moments are random and spread over
-the whole run: a fifth of the kills fall uniformly within a process's start-up (reading the
-corpus, SentencePiece, loading the state); the others at KILLS-many points drawn uniformly on
+the whole run: a fifth of the kills fall uniformly within a process's start-up (imports,
+reading the corpus, SentencePiece, loading the state, the first updates: the reference's time
+to its first log record); the others at KILLS-many points drawn uniformly on
 the reference's timeline after start-up (training, validations, the final validation and
 the averaging), taken in order: a process resumed from a state at step s is killed at
 start-up + (point - the reference's time at step s), or right after start-up if the point is
@@ -174,7 +175,9 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     ref = work / "reference"
     proc = subprocess.Popen(train_command(config, ref), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    while proc.poll() is None and not (ref / "config.yaml").exists():  # written once start-up is over
+    # Start-up: until the first log record (after the corpus, SentencePiece, the model and the
+    # first log_every updates), so that a kill point is not spent before training resumes.
+    while proc.poll() is None and not (ref / "train_log.jsonl").exists():
         time.sleep(0.05)
     startup = time.monotonic() - t0
     if proc.wait() != 0:
