@@ -276,7 +276,7 @@ class Trainer:
         return chunked_label_smoothed_cross_entropy(states.flatten(0, 1), projection.weight, target, eps, PAD_ID,
                                                     projection.bias)
 
-    def train_step(self, batches: list[Batch]) -> tuple[float, float, int]:
+    def train_step(self, batches: list[Batch]) -> tuple[float, float, int] | None:
         """One update from ``batches`` (gradients accumulated): the loss is summed over their
         target tokens and divided by the total, the gradient norm clipped to ``clip_norm``, then
         Adam and the schedule step. Returns (summed loss, summed NLL, target tokens), or None
