@@ -60,7 +60,7 @@ def dictionary_model_dir(tmp_path_factory) -> Path:
         (tmp_path / f"{name}.en").write_text("\n".join(map(word_for_word, src)) + "\n", encoding="utf-8")
     files = {f"{name}_{side}": str(tmp_path / f"{name}.{lang}")
              for name in ("train", "valid") for side, lang in (("src", "de"), ("tgt", "en"))}
-    raw = {"data": {**files, "pair": "de-en"},
+    raw = {"data": {**files, "pair": "de-en", "max_len": 60},
            "tokenizer": {"vocab_size": 120, "model_type": "bpe"},
            "model": {"d_model": 64, "num_heads": 4, "d_ff": 128, "num_encoder_layers": 2, "num_decoder_layers": 2,
                      "dropout": 0.0, "share_embeddings": True, "max_positions": 64},
@@ -70,3 +70,43 @@ def dictionary_model_dir(tmp_path_factory) -> Path:
     run_dir = tmp_path / "run"
     train(config_from_dict(raw), run_dir, progress=False)
     return run_dir
+COPY_WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
+
+
+def copy_task_config(tmp_path: Path, max_steps: int = 12, **train) -> dict:
+    """A raw configuration of a tiny copy task (word sequences translated to themselves): 400
+    training and 20 validation pairs written under ``tmp_path``, a 16-dimensional model, fp32;
+    trains in a few seconds. ``train`` overrides the train section."""
+    import random
+
+    rng = random.Random(0)
+    lines = [" ".join(rng.sample(COPY_WORDS, rng.randint(1, 5))) for _ in range(420)]
+    for name, part in (("train", lines[:400]), ("valid", lines[400:])):
+        for side in ("src", "tgt"):
+            (tmp_path / f"{name}.{side}").write_text("\n".join(part) + "\n")
+    raw = {
+        "data": {"train_src": str(tmp_path / "train.src"), "train_tgt": str(tmp_path / "train.tgt"),
+                 "valid_src": str(tmp_path / "valid.src"), "valid_tgt": str(tmp_path / "valid.tgt")},
+        "tokenizer": {"vocab_size": 40, "model_type": "bpe"},
+        "model": {"d_model": 16, "num_heads": 2, "d_ff": 32, "num_encoder_layers": 1, "num_decoder_layers": 1,
+                  "dropout": 0.1, "share_embeddings": True, "max_positions": 128},
+        "train": {"batch_tokens": 300, "schedule": "inverse_sqrt", "lr": 3e-3, "warmup_steps": 5,
+                  "max_steps": max_steps, "valid_every": 4, "log_every": 2, "precision": "fp32", "seed": 3, "num_threads": 1,
+                  "average_last": 2},
+        "decode": {"beam_size": 3, "max_len_b": 5},
+    }
+    raw["data"]["max_len"] = 60
+    raw["train"].update(train)
+    return raw
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """A finished tiny copy-task run directory (a model directory), shared by tests that only
+    read it."""
+    from attnmt.config import config_from_dict
+    from attnmt.train.trainer import train
+
+    tmp_path = tmp_path_factory.mktemp("tiny_run")
+    train(config_from_dict(copy_task_config(tmp_path)), tmp_path / "run", progress=False)
+    return tmp_path / "run"

@@ -1,7 +1,10 @@
 """The ``attnmt`` command line: train, translate, evaluate, score, plot-attention, plot-training, serve.
 
-User mistakes (bad configuration, missing or malformed files) print one line to stderr,
-``attnmt: error: ...``, and exit with status 2; no traceback.
+User mistakes (bad options, bad configuration, missing, malformed or unwritable files, a full
+disk) print one line to stderr, ``attnmt: error: ...``, and exit with status 2; no traceback
+(``-v`` adds it, as a debug message). Options are checked by their argparse types (counts must
+be positive, numbers finite) and outputs are checked to be writable before any work starts.
+Programming errors (bugs) are not caught: they end with Python's traceback.
 
 Library: argparse (standard library), tqdm for progress bars.
 """
@@ -12,15 +15,90 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 import time
 from pathlib import Path
 
 from attnmt.config import DEFAULT_ATTENTION_LAYER
-from attnmt.errors import AttnmtError
+from attnmt.errors import AttnmtError, WriteError
 
 log = logging.getLogger("attnmt")
 
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be a positive integer")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """argparse type: a finite number (no nan or inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number")
+    return value
+
+
+def check_output_file(path: str | None, option: str) -> None:
+    """Before any work: ``path`` (None or '-' for stdout) can be created or replaced.
+
+    Raises:
+        WriteError: its directory is missing or not writable, or ``path`` is a directory.
+    """
+    if path is None or path == "-":
+        return
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise WriteError(f"{option} {path}: is a directory, expected a file")
+    if not parent.is_dir():
+        raise WriteError(f"{option} {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise WriteError(f"{option} {path}: directory {parent} is not writable")
+
+
+def check_output_dir(path: str, option: str) -> None:
+    """Before any work: ``path`` is a directory, or can be created in a writable one.
+
+    Raises:
+        WriteError: ``path`` is a file, or its nearest existing ancestor is not a writable directory.
+    """
+    p = Path(path).absolute()
+    if p.exists() and not p.is_dir():
+        raise WriteError(f"{option} {path}: exists and is not a directory")
+    existing = p
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise WriteError(f"{option} {path}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise WriteError(f"{option} {path}: {existing} is not writable")
+
+
+def _one_line(text: str) -> str:
+    """``text`` with every line break Python knows (CR, U+2028, ...) replaced by a space, so an
+    output line stays one line for every reader."""
+    return " ".join(text.splitlines())
+
+
+def _json_line(obj) -> str:
+    """Strict JSON: numbers that are not finite (a NaN model's scores) become null; the line
+    breaks JSON leaves raw (U+0085, U+2028, U+2029) are escaped, so a record is one line for
+    every reader."""
+    from attnmt.train.metrics import finite_or_none
+
+    text = json.dumps(finite_or_none(obj), ensure_ascii=False, allow_nan=False)
+    return text.replace("\x85", "\\u0085").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
 def _read_input(path: str | None) -> list[str]:
@@ -32,12 +110,14 @@ def _read_input(path: str | None) -> list[str]:
 
 
 def _write_output(path: str | None, lines: list[str]) -> None:
+    from attnmt.rundir import atomic_write
+
     text = "".join(line + "\n" for line in lines)
     if path is None or path == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        Path(path).write_text(text, encoding="utf-8")
+        atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -45,8 +125,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     from attnmt.train.trainer import train
 
     config = load_config(args.config, args.set)
+    check_output_dir(args.output, "--output")
     result = train(config, args.output, resume=args.resume, data_dir=args.data_dir)
-    print(json.dumps(result.__dict__, indent=None))
+    print(_json_line(result.__dict__))
     return 0
 
 
@@ -66,6 +147,7 @@ def _translator(args: argparse.Namespace):
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
+    check_output_file(args.output, "--output")
     tr = _translator(args)
     lines = _read_input(args.input)
     t0 = time.perf_counter()
@@ -85,21 +167,25 @@ def format_translations(results, fmt: str, scores: bool, nbest: int) -> list[str
     length-penalised; LOG_PROB = sum of token log-probabilities), with ``--scores`` a fifth field
     ``||| piece=prob piece=prob ...`` (each output subword, '</s>' last, with its probability).
     jsonl: one object per input line, {"id", "hypotheses": [{"text", "score", "log_prob",
-    "tokens", "token_probs"}]}.
+    "tokens", "token_probs"}]}; strict JSON: a number that is not finite (the scores of a model
+    with NaN weights) is null.
+    Every input line gets its lines (one, or one per hypothesis: ``nbest`` of them, see
+    ``Translator.translate``); line breaks inside a translation become spaces.
     """
     if fmt == "jsonl":
-        return [json.dumps({"id": i, "hypotheses": [
+        return [_json_line({"id": i, "hypotheses": [
             {"text": h.text, "score": h.score, "log_prob": h.log_prob, "tokens": h.pieces,
-             "token_probs": [math.exp(lp) for lp in h.token_log_probs]} for h in r.hypotheses]},
-            ensure_ascii=False) for i, r in enumerate(results)]
+             "token_probs": [math.exp(lp) for lp in h.token_log_probs]} for h in r.hypotheses]})
+            for i, r in enumerate(results)]
     if not scores and nbest == 1:
-        return [r.text for r in results]
+        return [_one_line(r.text) for r in results]
     lines = []
     for i, r in enumerate(results):
         for h in r.hypotheses:
-            line = f"{i} ||| {h.text} ||| {h.score:.6f} ||| {h.log_prob:.6f}"
+            line = f"{i} ||| {_one_line(h.text)} ||| {h.score:.6f} ||| {h.log_prob:.6f}"
             if scores:
-                line += " ||| " + " ".join(f"{p}={math.exp(lp):.6f}" for p, lp in zip(h.pieces, h.token_log_probs))
+                line += " ||| " + " ".join(f"{_one_line(p)}={math.exp(lp):.6f}"
+                                           for p, lp in zip(h.pieces, h.token_log_probs))
             lines.append(line)
     return lines
 
@@ -107,22 +193,32 @@ def format_translations(results, fmt: str, scores: bool, nbest: int) -> list[str
 def cmd_score(args: argparse.Namespace) -> int:
     from attnmt.data.corpus import read_parallel
 
+    check_output_file(args.output, "--output")
     src, tgt = read_parallel(args.src, args.tgt)
     tr = _translator(args)
     results = tr.score(src, tgt, batch_size=args.batch_size)
     total_lp = sum(r.log_prob for r in results)
     total_tokens = sum(len(r.token_ids) for r in results)
-    corpus_ppl = math.exp(-total_lp / max(total_tokens, 1))
+    corpus_ppl = _perplexity(total_lp, total_tokens)
     if args.format == "jsonl":
-        lines = [json.dumps({"id": i, "log_prob": r.log_prob, "tokens": len(r.token_ids),
-                             "perplexity": math.exp(-r.log_prob / len(r.token_ids))}) for i, r in enumerate(results)]
-        lines.append(json.dumps({"corpus": True, "log_prob": total_lp, "tokens": total_tokens, "perplexity": corpus_ppl}))
+        lines = [_json_line({"id": i, "log_prob": r.log_prob, "tokens": len(r.token_ids),
+                             "perplexity": _perplexity(r.log_prob, len(r.token_ids))}) for i, r in enumerate(results)]
+        lines.append(_json_line({"corpus": True, "log_prob": total_lp, "tokens": total_tokens,
+                                 "perplexity": corpus_ppl}))
     else:
-        lines = [f"{i}\t{r.log_prob:.6f}\t{len(r.token_ids)}\t{math.exp(-r.log_prob / len(r.token_ids)):.4f}"
+        lines = [f"{i}\t{r.log_prob:.6f}\t{len(r.token_ids)}\t{_perplexity(r.log_prob, len(r.token_ids)):.4f}"
                  for i, r in enumerate(results)]
         lines.append(f"corpus\t{total_lp:.6f}\t{total_tokens}\t{corpus_ppl:.4f}")
     _write_output(args.output, lines)
     return 0
+
+
+def _perplexity(log_prob: float, tokens: int) -> float:
+    """exp(-log_prob / tokens); inf where that overflows (and nan for a nan log_prob)."""
+    try:
+        return math.exp(-log_prob / max(tokens, 1))
+    except OverflowError:
+        return float("inf")
 
 
 def cmd_plot_attention(args: argparse.Namespace) -> int:
@@ -130,6 +226,10 @@ def cmd_plot_attention(args: argparse.Namespace) -> int:
 
     if (args.sentence is None) == (args.input is None):
         raise AttnmtError("give either a SENTENCE or --input FILE")
+    if args.input is not None:
+        check_output_dir(args.output, "--output")
+    else:
+        check_output_file(args.output, "--output")
     sentences = [args.sentence] if args.sentence is not None else [s for s in _read_input(args.input) if s.strip()]
     tr = _translator(args)
     num_layers = tr.config.model.num_decoder_layers if args.self_attention != "encoder" else tr.config.model.num_encoder_layers
@@ -167,6 +267,7 @@ def cmd_plot_training(args: argparse.Namespace) -> int:
     if not (run_dir / "train_log.jsonl").is_file():
         raise AttnmtError(f"{run_dir / 'train_log.jsonl'}: no such file; is {run_dir} a run directory?")
     output = args.output or str(run_dir / "training.png")
+    check_output_file(output, "--output")
     plot_training(run_dir, output)
     log.info("wrote %s", output)
     return 0
@@ -176,7 +277,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from attnmt.data.corpus import read_parallel
     from attnmt.evaluate import corpus_scores
 
+    check_output_file(args.hyp_output, "--hyp-output")
     src, ref = read_parallel(args.src, args.ref)
+    if not src:
+        raise AttnmtError(f"{args.src}: no sentences to evaluate")
     tr = _translator(args)
     t0 = time.perf_counter()
     hyps = [r.text for r in tr.translate(src, beam_size=args.beam_size, batch_size=args.batch_size,
@@ -187,7 +291,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.hyp_output:
         _write_output(args.hyp_output, hyps)
     if args.json:
-        print(json.dumps(scores))
+        print(_json_line(scores))
     else:
         print(f"BLEU = {scores['bleu']:.2f}  ({scores['bleu_signature']})")
         print(f"chrF = {scores['chrf']:.2f}  ({scores['chrf_signature']})")
@@ -238,15 +342,27 @@ def _add_decode_options(p: argparse.ArgumentParser) -> None:
 def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model directory written by 'attnmt train'")
     p.add_argument("--weights", help="a .safetensors file to use instead of MODEL/model.safetensors")
+    p.add_argument("--model", required=True, help="model directory written by 'attnmt train'")
+    p.add_argument("--weights", help="a .safetensors file to use instead of MODEL/model.safetensors")
+    p.add_argument("--beam-size", type=positive_int, help="beam size K (1 = greedy); default from the model's config")
+    p.add_argument("--batch-size", type=positive_int, help="sentences per batch; default from the model's config")
+    p.add_argument("--length-penalty", type=finite_float, help="alpha of the GNMT length penalty (default 0.6)")
     p.add_argument("--precision", choices=["fp32", "bf16", "int8"],
                    help="inference precision: fp32, bf16, or int8 (dynamic quantisation); default from the model's config")
     p.add_argument("--attention", choices=["explicit", "fused"],
                    help="attention kernel: the explicit formula or PyTorch's fused one; default from the model's config")
-    p.add_argument("--threads", type=int, help="CPU threads (default: PyTorch's)")
+    p.add_argument("--threads", type=positive_int, help="CPU threads (default: PyTorch's)")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (``attnmt translate: error: ...``, exit 2), no usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="attnmt", description="Transformer neural machine translation")
+    parser = _Parser(prog="attnmt", description="Transformer neural machine translation")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -264,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_decode_options(p)
     p.add_argument("--input", help="input file (plain or .gz); default stdin")
     p.add_argument("--output", help="output file; default stdout")
-    p.add_argument("--nbest", type=int, default=1, help="hypotheses per sentence (<= beam size)")
+    p.add_argument("--nbest", type=positive_int, default=1, help="hypotheses per sentence (<= beam size)")
     p.add_argument("--scores", action="store_true", help="print scores and each token's probability")
     p.add_argument("--format", choices=["text", "jsonl"], default="text", help="output format")
     p.set_defaults(func=cmd_translate)
@@ -283,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sentence", nargs="?", help="a source sentence")
     p.add_argument("--input", help="a file of source sentences (then --output is a folder)")
     p.add_argument("--output", required=True, help="PNG file, or folder with --input")
-    p.add_argument("--layer", type=int, help=f"layer, 1-based (default {DEFAULT_ATTENTION_LAYER})")
+    p.add_argument("--layer", type=positive_int, help=f"layer, 1-based (default {DEFAULT_ATTENTION_LAYER})")
     p.add_argument("--self-attention", choices=["encoder", "decoder"], help="draw self-attention instead")
     p.set_defaults(func=cmd_plot_attention)
 
@@ -320,11 +436,13 @@ def main(argv: list[str] | None = None) -> int:
     tune_allocator()
     try:
         return args.func(args)
-    except AttnmtError as e:
-        print(f"attnmt: error: {e}", file=sys.stderr)
+    except (AttnmtError, ValueError) as e:  # ValueError: option values the library refuses (nbest > beam)
+        log.debug("the error's traceback", exc_info=True)
+        print(f"attnmt: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
-    except ValueError as e:  # invalid option values reaching the library (e.g. nbest > beam)
-        print(f"attnmt: error: {e}", file=sys.stderr)
+    except OSError as e:  # the system refused a read or write not caught where it happened
+        log.debug("the error's traceback", exc_info=True)
+        print(f"attnmt: error: {e.filename + ': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("attnmt: interrupted", file=sys.stderr)

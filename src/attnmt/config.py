@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -22,7 +22,8 @@ from attnmt.errors import ConfigError
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: every float must be finite (an 'lr_factor: .inf' is an error, not a NaN model).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class DataConfig(_Section):
@@ -107,8 +108,8 @@ class TrainConfig(_Section):
     lr: float = Field(1e-3, gt=0, description="peak rate for constant/inverse_sqrt")
     lr_factor: float = Field(1.0, gt=0, description="'factor' of the noam schedule")
     warmup_steps: int = Field(4000, ge=0)
-    adam_betas: tuple[float, float] = (0.9, 0.98)
-    adam_eps: float = 1e-9
+    adam_betas: tuple[Annotated[float, Field(ge=0.0, lt=1.0)], Annotated[float, Field(ge=0.0, lt=1.0)]] = (0.9, 0.98)
+    adam_eps: float = Field(1e-9, gt=0)
     weight_decay: float = Field(0.0, ge=0.0)
     label_smoothing: float = Field(0.1, ge=0.0, lt=1.0)
     clip_norm: float | None = Field(1.0, gt=0)
@@ -119,6 +120,10 @@ class TrainConfig(_Section):
     log_every: int = Field(100, gt=0)
     average_last: int = Field(0, ge=0, description="average the last N validation checkpoints at the end")
     stop_patience: int | None = Field(None, gt=0, description="stop after N validations without improvement")
+    max_nonfinite_updates: int = Field(
+        5, gt=0, description="an update whose loss or gradient norm is not finite is skipped (counted and logged); "
+        "after this many in a row training stops with an error, keeping a resumable checkpoint of the last "
+        "finite state")
 
 
 # The decoder layer whose head-averaged source attention aligned words best on the Multi30k
@@ -150,6 +155,13 @@ class Config(_Section):
     model: ModelConfig = ModelConfig()
     train: TrainConfig = TrainConfig()
     decode: DecodeConfig = DecodeConfig()
+
+    @model_validator(mode="after")
+    def _lengths_fit(self) -> "Config":
+        if self.data.max_len + 1 > self.model.max_positions:
+            raise ValueError(f"data.max_len ({self.data.max_len}) + 1 (EOS) must not exceed model.max_positions "
+                             f"({self.model.max_positions})")
+        return self
 
 
 def _format_validation_error(err: ValidationError, origin: str) -> str:
@@ -210,6 +222,19 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such configuration file") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); is it a YAML configuration?") from None
+    return config_from_yaml(text, path, overrides)
+
+
+def config_from_yaml(text: str, path: str | Path, overrides: list[str] | None = None) -> Config:
+    """Parse YAML text (read from ``path``, named in errors), apply overrides, validate.
+
+    Raises:
+        ConfigError: YAML syntax error (with its line), not a mapping, or invalid values.
+    """
     try:
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:

@@ -15,3 +15,11 @@ class DataError(AttnmtError):
 
 class CheckpointError(AttnmtError):
     """A missing, incomplete or incompatible model or checkpoint directory."""
+
+
+class WriteError(AttnmtError):
+    """A file cannot be written (full disk, no permission, missing directory); names the file."""
+
+
+class TrainingError(AttnmtError):
+    """Training cannot go on (e.g. too many non-finite updates in a row); the run is resumable."""

@@ -16,17 +16,19 @@ Library: safetensors, PyYAML.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable
 
 import yaml
+from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from attnmt.config import Config, config_from_dict
+from attnmt.config import Config, config_from_yaml
 from attnmt.data.tokenizers import Tokenizer
-from attnmt.errors import CheckpointError
+from attnmt.errors import CheckpointError, ConfigError, WriteError
 from attnmt.model.transformer import Transformer
 
 CONFIG = "config.yaml"
@@ -35,14 +37,20 @@ JOINT_SPM, SRC_SPM, TGT_SPM = "spm.model", "src.spm.model", "tgt.spm.model"
 
 
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
-    """Call ``write(tmp_path)``, flush it to disk and rename it onto ``path`` (atomic on one
-    filesystem). The temporary file is removed if ``write`` fails; the parent directory is
-    created if needed."""
+    """Call ``write(tmp_path)`` for a temporary file in ``path``'s directory, fsync it, rename it
+    onto ``path`` (atomic on one filesystem) and fsync the directory, so that after a crash or a
+    full disk ``path`` holds the old content or the new, never a torn file. The temporary file is
+    removed if anything fails; the parent directory is created if needed.
+
+    Raises:
+        WriteError: the file cannot be written (full disk, no permission, ...); ``path`` is unchanged.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
         write(tmp)
         umask = os.umask(0)
         os.umask(umask)
@@ -50,9 +58,30 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except (OSError, RuntimeError, SafetensorError) as e:  # torch.save reports a failed write as RuntimeError
+        reason = getattr(e, "strerror", None) or str(e).splitlines()[0]
+        raise WriteError(f"{path}: cannot write: {reason}{_free_space(path.parent)}") from e
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _free_space(directory: Path) -> str:
+    """' (N MiB free on the disk)', a hint when a write failed; '' if unknown."""
+    try:
+        return f" ({shutil.disk_usage(directory).free / 2**20:.0f} MiB free on the disk)"
+    except OSError:
+        return ""
+
+
+def fsync_dir(directory: str | Path) -> None:
+    """fsync a directory, so that a rename or a new file in it survives a crash (POSIX)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_config(config: Config, run_dir: str | Path) -> None:
@@ -65,15 +94,20 @@ def read_config(run_dir: str | Path) -> Config:
     """The validated ``config.yaml`` of a model directory.
 
     Raises:
-        CheckpointError: the directory or its config.yaml is missing.
-        ConfigError: config.yaml does not validate.
+        CheckpointError: the directory or its config.yaml is missing or unreadable.
+        ConfigError: config.yaml is not YAML (with its line) or does not validate.
     """
     path = Path(run_dir) / CONFIG
     if not Path(run_dir).is_dir():
-        raise CheckpointError(f"{run_dir}: no such model directory")
+        what = "not a directory" if Path(run_dir).exists() else "no such model directory"
+        raise CheckpointError(f"{run_dir}: {what}")
     if not path.is_file():
         raise CheckpointError(f"{path}: missing; is {run_dir} a model directory made by 'attnmt train'?")
-    return config_from_dict(yaml.safe_load(path.read_text(encoding="utf-8")), origin=str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: unreadable: {e}") from None
+    return config_from_yaml(text, path)
 
 
 def write_tokenizers(run_dir: str | Path, src: Tokenizer, tgt: Tokenizer) -> None:
@@ -111,13 +145,17 @@ def load_weights(model: nn.Module, path: str | Path) -> None:
     """Load safetensors weights into ``model`` (strict: every parameter must match).
 
     Raises:
-        CheckpointError: missing file, or names/shapes that do not fit the model.
+        CheckpointError: missing, empty, truncated or non-safetensors file, or names/shapes that
+            do not fit the model.
     """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such weights file")
     try:
         missing, unexpected = load_model(model, str(path), strict=False)
+    except (SafetensorError, OSError) as e:
+        raise CheckpointError(f"{path}: not a readable safetensors file (empty, truncated or another format?): "
+                              f"{e}") from None
     except (RuntimeError, ValueError) as e:
         raise CheckpointError(f"{path}: weights do not fit the configured model: {e}") from None
     if missing or unexpected:

@@ -12,11 +12,13 @@ Library: matplotlib.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import torch
+
+from attnmt.rundir import atomic_write
+from attnmt.train.metrics import read_log
 
 
 def _figure(width: float, height: float):
@@ -73,28 +75,34 @@ def plot_attention(weights: torch.Tensor, x_labels: list[str], y_labels: list[st
         _heatmap(fig.add_subplot(inner[h // grid_cols, h % grid_cols]), weights[h], x_labels, y_labels,
                  f"head {h + 1}", 6)
     fig.suptitle(title, fontsize=11)
-    fig.savefig(str(path), bbox_inches="tight")
+    save_figure(fig, path)
 
 
 def read_training_log(run_dir: str | Path) -> list[dict]:
-    """The records of a run's ``train_log.jsonl``.
+    """The records of a run's ``train_log.jsonl`` (a torn last line skipped, see
+    ``attnmt.train.metrics.read_log``).
 
     Raises:
-        FileNotFoundError: the run directory has no training log.
+        DataError: the log is unreadable or holds a line that is not a JSON record.
     """
-    path = Path(run_dir) / "train_log.jsonl"
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return read_log(Path(run_dir) / "train_log.jsonl")
+
+
+def save_figure(fig, path: str | Path) -> None:
+    """Write a figure as PNG, atomically (``attnmt.rundir.atomic_write``; WriteError if it cannot)."""
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", bbox_inches="tight"))
 
 
 def plot_training(run_dir: str | Path, path: str | Path) -> None:
     """Draw training loss, learning rate, validation perplexity and BLEU against updates.
 
     Raises:
-        FileNotFoundError: no ``train_log.jsonl`` in ``run_dir``.
+        DataError: an unreadable ``train_log.jsonl``. WriteError: ``path`` cannot be written.
     """
     records = read_training_log(run_dir)
-    train = [r for r in records if r["kind"] == "train"]
-    valid = [r for r in records if r["kind"] == "valid" and r.get("valid_ppl") is not None]
+    train = [r for r in records if r.get("kind") == "train" and isinstance(r.get("step"), (int, float))]
+    valid = [r for r in records if r.get("kind") == "valid" and isinstance(r.get("step"), (int, float))
+             and r.get("valid_ppl") is not None]
     fig = _figure(11, 7)
     panels = [
         ("training loss (label-smoothed, per token)", train, "loss"),
@@ -104,7 +112,7 @@ def plot_training(run_dir: str | Path, path: str | Path) -> None:
     ]
     for i, (title, rows, key) in enumerate(panels):
         ax = fig.add_subplot(2, 2, i + 1)
-        points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+        points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
         if points:
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o" if rows is valid else None,
                     markersize=3)
@@ -113,4 +121,4 @@ def plot_training(run_dir: str | Path, path: str | Path) -> None:
         ax.grid(alpha=0.3)
     fig.suptitle(f"training of {Path(run_dir).name}", fontsize=12)
     fig.tight_layout()
-    fig.savefig(str(path))
+    save_figure(fig, path)

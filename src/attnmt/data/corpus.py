@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 import urllib.request
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,12 @@ from attnmt.errors import DataError
 log = logging.getLogger(__name__)
 
 DATA_ENV = "ATTNMT_DATA"
+
+# Lines longer than this many characters are cut to it, with a warning naming file and line, so
+# that a hostile input (a 10 MB line) costs bounded memory and time downstream (SentencePiece,
+# the model). Far above any sentence: training drops pairs longer than data.max_len subwords
+# anyway, and translation cuts sources to the model's max_positions.
+MAX_LINE_CHARS = 20_000
 
 
 def read_lines(path: str | Path) -> list[str]:
@@ -43,13 +50,15 @@ def read_lines(path: str | Path) -> list[str]:
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, zlib.error) as e:
             raise DataError(f"{path}: corrupt gzip file: {e}") from None
     return decode_lines(data, str(path))
 
 
-def decode_lines(data: bytes, name: str) -> list[str]:
-    """Split UTF-8 bytes into lines (no newlines; a final newline does not add an empty line).
+def decode_lines(data: bytes, name: str, max_chars: int = MAX_LINE_CHARS) -> list[str]:
+    """Split UTF-8 bytes into lines at ``\\n`` only (no newlines; a final newline does not add an
+    empty line; a CR before the newline is dropped). A line longer than ``max_chars``
+    characters is cut to that length, with a warning naming ``name:line``.
 
     Raises:
         DataError: a line is not valid UTF-8 (``name:line``).
@@ -63,7 +72,11 @@ def decode_lines(data: bytes, name: str) -> list[str]:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise DataError(f"{name}:{number}: invalid UTF-8 at byte {e.start} of the line") from None
-        lines.append(text.rstrip("\r"))
+        text = text.rstrip("\r")
+        if len(text) > max_chars:
+            log.warning("%s:%d: line of %d characters cut to %d", name, number, len(text), max_chars)
+            text = text[:max_chars]
+        lines.append(text)
     return lines
 
 

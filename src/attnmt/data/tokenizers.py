@@ -17,7 +17,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from attnmt.errors import CheckpointError
+from attnmt.errors import CheckpointError, DataError
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -25,21 +25,31 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 class Tokenizer:
     """A SentencePiece model: raw text <-> ids (specials excluded from the output)."""
 
-    def __init__(self, model_proto: bytes):
+    def __init__(self, model_proto: bytes, name: str = "SentencePiece model"):
         self._proto = model_proto
-        self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        try:
+            self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        except RuntimeError as e:  # SentencePiece's message for an unparsable model
+            raise CheckpointError(f"{name}: not a SentencePiece model (empty, truncated or another format?): "
+                                  f"{e}") from None
         if (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id()) != (
             PAD_ID, UNK_ID, BOS_ID, EOS_ID,
         ):
-            raise CheckpointError("SentencePiece model does not use attnmt's special ids (pad 0, unk 1, bos 2, eos 3)")
+            raise CheckpointError(f"{name}: does not use attnmt's special ids (pad 0, unk 1, bos 2, eos 3)")
 
     @classmethod
     def load(cls, path: str | Path) -> "Tokenizer":
-        """Load a ``.model`` file. Raises CheckpointError if it is missing."""
+        """Load a ``.model`` file.
+
+        Raises:
+            CheckpointError: the file is missing, unreadable, or not a SentencePiece model.
+        """
         try:
-            return cls(Path(path).read_bytes())
+            return cls(Path(path).read_bytes(), str(path))
         except FileNotFoundError:
             raise CheckpointError(f"{path}: no such SentencePiece model") from None
+        except OSError as e:
+            raise CheckpointError(f"{path}: cannot read: {e.strerror}") from None
 
     @classmethod
     def train(cls, sentences: list[str], vocab_size: int, model_type: str = "unigram",
@@ -48,11 +58,26 @@ class Tokenizer:
 
         If the text cannot support ``vocab_size`` pieces, SentencePiece's hard limit is lowered
         to what it allows (``hard_vocab_limit=False``).
+
+        Raises:
+            DataError: no non-empty sentence, or SentencePiece cannot train on the text (its
+                message, e.g. a vocabulary smaller than the characters to cover).
         """
         sentences = [s for s in sentences if s.strip()]
+        if not sentences:
+            raise DataError("no non-empty sentence to train the SentencePiece model on")
         if len(sentences) > max_sentences:
             sentences = random.Random(seed).sample(sentences, max_sentences)
         buf = io.BytesIO()
+        try:
+            cls._train_into(buf, sentences, vocab_size, model_type, character_coverage)
+        except RuntimeError as e:
+            raise DataError(f"cannot train the SentencePiece model: {e}") from None
+        return cls(buf.getvalue())
+
+    @staticmethod
+    def _train_into(buf: io.BytesIO, sentences: list[str], vocab_size: int, model_type: str,
+                    character_coverage: float) -> None:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences),
             model_writer=buf,
@@ -64,7 +89,6 @@ class Tokenizer:
             num_threads=2,
             minloglevel=2,
         )
-        return cls(buf.getvalue())
 
     def save(self, path: str | Path) -> None:
         Path(path).write_bytes(self._proto)

@@ -161,14 +161,16 @@ class Translator:
         """Translate raw sentences.
 
         Args:
-            sentences: raw text, one sentence each; empty strings translate to empty results.
+            sentences: raw text, one sentence each; empty strings translate to ``nbest`` empty
+                hypotheses (score 0).
             beam_size: K (1 = greedy search); default from the model's decode config.
             nbest: hypotheses per sentence (<= beam_size).
             batch_size: sentences per search batch (sorted by length); default from config.
             length_penalty: alpha; default from config.
             return_attention: also compute each best hypothesis' source attention.
         Returns:
-            One :class:`Translation` per input sentence, in input order.
+            One :class:`Translation` per input sentence, in input order, each with ``nbest``
+            hypotheses (with a model whose scores are not finite, empty ones with score -inf).
         """
         dc = self.config.decode
         beam_size = beam_size or dc.beam_size
@@ -180,7 +182,7 @@ class Translator:
         todo = [i for i, s in enumerate(sentences) if s.strip()]
         for i, s in enumerate(sentences):
             if not s.strip():
-                results[i] = Translation([ScoredHypothesis("", [], [], [], 0.0, 0.0)])
+                results[i] = Translation([ScoredHypothesis("", [], [], [], 0.0, 0.0) for _ in range(nbest)])
         src_ids = dict(zip(todo, self.encode_sources([sentences[i] for i in todo])))
         order = sorted(todo, key=lambda i: len(src_ids[i]), reverse=True)
         for start in range(0, len(order), batch_size):

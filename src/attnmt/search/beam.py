@@ -153,7 +153,8 @@ def beam_search(
         max_len_a, max_len_b: output limit ``a * source length + b`` tokens (EOS included).
         nbest: hypotheses returned per sentence (1 <= nbest <= beam_size).
     Returns:
-        For each sentence, in input order, ``nbest`` :class:`Hypothesis` sorted best first.
+        For each sentence, in input order, ``nbest`` :class:`Hypothesis` sorted best first
+        (always ``nbest``, see :func:`_nbest`).
     Raises:
         ValueError: nbest outside [1, beam_size], or a vocabulary smaller than 2 * beam_size.
     """
@@ -195,4 +196,14 @@ def beam_search(
         beams.scores = scores
         beams.history = torch.cat([beams.history.index_select(0, rows), tokens], dim=1)
         beams.history_lp = torch.cat([beams.history_lp.index_select(0, rows), token_lp], dim=1)
-    return [sorted(f, key=lambda h: h.score, reverse=True)[:nbest] for f in finished]
+    return [_nbest(f, nbest) for f in finished]
+
+
+def _nbest(finished: list[Hypothesis], nbest: int) -> list[Hypothesis]:
+    """The ``nbest`` best finished hypotheses. A search always finishes K >= nbest of them at the
+    length limit, unless every score is NaN or -inf (a model with non-finite weights): then
+    the list is filled up with empty hypotheses (only EOS, log-probability and score -inf), so
+    that every sentence still gets ``nbest``."""
+    ranked = sorted(finished, key=lambda h: h.score, reverse=True)[:nbest]
+    return ranked + [Hypothesis([EOS_ID], [float("-inf")], float("-inf"), float("-inf"))
+                     for _ in range(nbest - len(ranked))]

@@ -12,6 +12,17 @@ leaving time for the final validation), or after ``stop_patience`` validations w
 improvement; then it validates a last time and may average the last validation checkpoints.
 Metrics go to ``train_log.jsonl`` (``attnmt.train.metrics``).
 
+Finite training: an update whose loss or gradient norm is not finite is skipped (the weights
+and Adam's moments stay as they were), counted and logged; after
+``train.max_nonfinite_updates`` of them in a row training stops with a :class:`TrainingError`
+and a resumable checkpoint of the last finite state. A validation with a non-finite loss is
+never "best", and weights that are not all finite are never written as ``model.safetensors``.
+
+Exact resume: the state remembers the log's length (cut back to it on resume), whether the
+run has stopped (then the final validation is done) and whether it has finished. Resuming a
+finished run whose stop condition still holds does nothing; resuming after a kill during the
+final validation or the averaging finishes the run as an uninterrupted one would.
+
 "Best" means higher validation BLEU, then lower perplexity.
 
 Library: torch.optim (Adam, LambdaLR), tqdm.
@@ -33,7 +44,7 @@ from attnmt.config import Config
 from attnmt.data.batching import Batch, make_batch, token_batches
 from attnmt.data.corpus import EncodedCorpus, dataset_pair_files, encode_corpus, read_parallel
 from attnmt.data.tokenizers import PAD_ID, Tokenizer
-from attnmt.errors import CheckpointError, ConfigError
+from attnmt.errors import CheckpointError, ConfigError, DataError, TrainingError
 from attnmt.evaluate import corpus_scores
 from attnmt.memory import peak_rss_mib
 from attnmt.model.transformer import Transformer, count_parameters
@@ -74,6 +85,12 @@ class Progress:
     best_ppl: float = float("inf")
     best_key: tuple[float, float] = (-float("inf"), -float("inf"))  # (BLEU, -perplexity)
     bad_validations: int = 0  # validations since the last improvement
+    nonfinite_in_a_row: int = 0  # updates skipped in a row: loss or gradient norm not finite
+    nonfinite_total: int = 0  # all updates skipped so far
+    last_valid_bleu: float | None = None  # of the latest validation
+    stop_reason: str | None = None  # set when training stopped; the final validation is then done
+    finished: bool = False  # the final validation, averaging and the 'done' record are written
+    log_bytes: int | None = None  # length of train_log.jsonl when the state was saved
 
 
 @dataclass
@@ -110,6 +127,9 @@ def prepare_corpus(config: Config, run_dir: Path, resume: bool, data_dir: str | 
     train_files, valid_files = corpus_files(config, "train", data_dir), corpus_files(config, "valid", data_dir)
     log.info("reading %s and %s", *train_files)
     train_src, train_tgt = read_parallel(*train_files)
+    if not any(s and t for s, t in zip(train_src, train_tgt)):
+        raise DataError(f"{train_files[0]} and {train_files[1]}: no training pair with both sides non-empty")
+    valid = read_parallel(*valid_files) if valid_files is not None else None  # before the long work
     if resume:
         src_tok, tgt_tok = rundir.read_tokenizers(run_dir)
     else:
@@ -121,8 +141,8 @@ def prepare_corpus(config: Config, run_dir: Path, resume: bool, data_dir: str | 
     if not train.src:
         raise ConfigError(f"{train_files[0]}: no usable training pairs")
     data = CorpusData(src_tok, tgt_tok, train)
-    if valid_files is not None:
-        vs, vt = read_parallel(*valid_files)
+    if valid is not None:
+        vs, vt = valid
         if config.data.valid_max_sentences:
             vs, vt = vs[: config.data.valid_max_sentences], vt[: config.data.valid_max_sentences]
         data.valid = encode_corpus(vs, vt, src_tok.encode_batch, tgt_tok.encode_batch)
@@ -162,12 +182,12 @@ class Trainer:
         self.config, self.run_dir, self.progress_bar = config, Path(run_dir), progress
         tc = config.train
         state = self._check_run_dir(resume)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         if tc.num_threads:
             torch.set_num_threads(tc.num_threads)
         self.precision = effective_precision(tc.precision, "training")
         torch.manual_seed(tc.seed)
-        self.data = prepare_corpus(config, self.run_dir, resume, data_dir)
+        self.data = prepare_corpus(config, self.run_dir, state is not None, data_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)  # after the corpus: a data error leaves no directory
         rundir.write_config(config, self.run_dir)
         self.model = Transformer(config.model, len(self.data.src_tok), len(self.data.tgt_tok), pad_id=PAD_ID)
         log.info("model: %d parameters; vocabulary %d/%d", count_parameters(self.model), len(self.data.src_tok),
@@ -184,8 +204,7 @@ class Trainer:
         self.state = Progress()
         if state is not None:
             self._restore(state)
-        self.metrics = MetricsLog(self.run_dir / "train_log.jsonl")
-        self.step_ckpts = step_checkpoints(self.run_dir)
+        self._open_records(resumed=state is not None)
         self.valid_seconds = 0.0  # duration of the last validation, reserved at the end of the budget
         self.window = Window()
         self.run_tokens, self.run_seconds = 0, 0.0  # target tokens and update time of this process
@@ -198,6 +217,11 @@ class Trainer:
             if (self.run_dir / LAST_STATE).exists():
                 raise CheckpointError(f"{self.run_dir} already holds a run; pass --resume to continue it "
                                       "or choose another --output")
+            return None
+        if not self.run_dir.is_dir():
+            raise CheckpointError(f"{self.run_dir}: no such run directory to resume")
+        if not (self.run_dir / LAST_STATE).is_file():  # stopped before its first checkpoint
+            log.warning("%s: no checkpoint yet; starting the run from the beginning", self.run_dir)
             return None
         saved = rundir.read_config(self.run_dir)
         if saved.model != self.config.model or saved.tokenizer != self.config.tokenizer:
@@ -219,6 +243,20 @@ class Trainer:
         log.info("resumed from step %d (epoch %d, batch %d)", self.state.step, self.state.epoch + 1,
                  self.state.batch_in_epoch)
 
+    def _open_records(self, resumed: bool) -> None:
+        """Open ``train_log.jsonl`` and list the step checkpoints, both as of the saved state:
+        a new run starts an empty log and removes stale step checkpoints; a resumed one cuts
+        the log back to the state's length and drops step checkpoints written after it."""
+        s = self.state
+        self.metrics = MetricsLog(self.run_dir / "train_log.jsonl", truncate_to=s.log_bytes if resumed else 0)
+        self.step_ckpts = []
+        for path in step_checkpoints(self.run_dir):
+            if resumed and int(path.stem.split("_")[1]) <= s.step:
+                self.step_ckpts.append(path)
+            else:
+                path.unlink()
+        self._prune_step_checkpoints()
+
     def elapsed(self) -> float:
         """Wall-clock seconds of the whole run, earlier processes included."""
         return self.state.elapsed_seconds + time.monotonic() - self.start_time
@@ -238,10 +276,12 @@ class Trainer:
         return chunked_label_smoothed_cross_entropy(states.flatten(0, 1), projection.weight, target, eps, PAD_ID,
                                                     projection.bias)
 
-    def train_step(self, batches: list[Batch]) -> tuple[float, float, int]:
+    def train_step(self, batches: list[Batch]) -> tuple[float, float, int] | None:
         """One update from ``batches`` (gradients accumulated): the loss is summed over their
         target tokens and divided by the total, the gradient norm clipped to ``clip_norm``, then
-        Adam and the schedule step. Returns (summed loss, summed NLL, target tokens)."""
+        Adam and the schedule step. Returns (summed loss, summed NLL, target tokens), or None
+        when the loss or the gradient norm is not finite: then nothing is updated
+        (:meth:`skip_nonfinite`)."""
         tokens = sum(b.num_tgt_tokens for b in batches)
         loss_sum = nll_sum = 0.0
         for b in batches:
@@ -251,12 +291,41 @@ class Trainer:
             loss_sum += loss.item()
             nll_sum += nll.item()
         if self.config.train.clip_norm:
-            torch.nn.utils.clip_grad_norm_(self.params, self.config.train.clip_norm)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.config.train.clip_norm))
+        else:
+            grad_norm = float(torch.nn.utils.get_total_norm([p.grad for p in self.params if p.grad is not None]))
+        if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.skip_nonfinite(loss_sum / tokens, grad_norm)
+            return None
+        self.state.nonfinite_in_a_row = 0
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
         return loss_sum, nll_sum, tokens
+
+    def skip_nonfinite(self, loss: float, grad_norm: float) -> None:
+        """Count and log an update skipped for a non-finite loss or gradient norm.
+
+        Raises:
+            TrainingError: ``train.max_nonfinite_updates`` in a row; the last finite state is
+                saved first (with the counter reset), so ``--resume``, e.g. with a lower
+                learning rate, goes on from there.
+        """
+        s, limit = self.state, self.config.train.max_nonfinite_updates
+        s.nonfinite_in_a_row, s.nonfinite_total = s.nonfinite_in_a_row + 1, s.nonfinite_total + 1
+        log.warning("step %d: loss %s, gradient norm %s: update skipped (%d in a row, %d in all)", s.step + 1,
+                    loss, grad_norm, s.nonfinite_in_a_row, s.nonfinite_total)
+        self.metrics.write("nonfinite", step=s.step, epoch=s.epoch + 1, loss=loss, grad_norm=grad_norm,
+                           in_a_row=s.nonfinite_in_a_row, total=s.nonfinite_total)
+        if s.nonfinite_in_a_row >= limit:
+            s.nonfinite_in_a_row = 0
+            self.save_checkpoint()
+            raise TrainingError(f"{limit} updates in a row with a non-finite loss or gradient norm after step "
+                                f"{s.step}; lower the learning rate (train.lr or train.lr_factor) or set "
+                                f"train.clip_norm, then --resume (the last finite state is in "
+                                f"{self.run_dir / LAST_STATE})")
 
     # ---- validation and checkpoints -----------------------------------------------------------
 
@@ -305,11 +374,15 @@ class Trainer:
         s, step = self.state, self.state.step
         improved = self._keep_if_best(result, {"step": str(step)})
         s.bad_validations = 0 if improved else s.bad_validations + 1
+        s.last_valid_bleu = result["valid_bleu"]
         if self.config.train.average_last > 1:
             self._keep_step_checkpoint()
-        self.save_checkpoint()
+        # The record first, then the state that remembers the log's length: a resume from an
+        # older state cuts the record away and validates again.
         self.metrics.write("valid", step=step, epoch=s.epoch + 1, seconds=round(self.elapsed(), 1), **result,
                            best=improved)
+        self.save_checkpoint()
+        self._prune_step_checkpoints()
         log.info("step %d valid: loss %.3f ppl %.2f bleu %s chrf %s%s (%.1fs)", step, result["valid_loss"] or 0,
                  result["valid_ppl"] or 0, _fmt(result["valid_bleu"]), _fmt(result["valid_chrf"]),
                  " (best)" if improved else "", self.valid_seconds)
@@ -324,7 +397,13 @@ class Trainer:
     def _keep_if_best(self, result: dict, metadata: dict[str, str]) -> bool:
         """If ``result`` is the best so far, record it and save the model as ``model.safetensors``."""
         key = self._selection_key(result)
+        if result["valid_loss"] is not None and not math.isfinite(result["valid_loss"]):
+            log.warning("validation loss is %s: never the best model", result["valid_loss"])
+            return False
         if key <= self.state.best_key:
+            return False
+        if not all(bool(torch.isfinite(p).all()) for p in self.params):
+            log.warning("weights are not all finite: not written as %s", rundir.WEIGHTS)
             return False
         s = self.state
         s.best_bleu, s.best_ppl, s.best_key = result["valid_bleu"], result["valid_ppl"] or float("inf"), key
@@ -334,14 +413,20 @@ class Trainer:
     def _keep_step_checkpoint(self) -> None:
         path = self.run_dir / STEP_WEIGHTS.format(step=self.state.step)
         rundir.save_weights(self.model, path, {"step": str(self.state.step)})
-        self.step_ckpts.append(path)
+        if path not in self.step_ckpts:
+            self.step_ckpts.append(path)
+
+    def _prune_step_checkpoints(self) -> None:
+        """Keep the last ``average_last`` step checkpoints; called after the state is saved, so
+        that a resume from it still finds those it averages."""
         while len(self.step_ckpts) > self.config.train.average_last:
             self.step_ckpts.pop(0).unlink(missing_ok=True)
 
     def save_checkpoint(self) -> None:
         """Write ``checkpoints/last.pt``: everything an exact resume needs."""
         progress = asdict(self.state)
-        progress.update(elapsed_seconds=self.elapsed(), best_key=list(self.state.best_key))
+        progress.update(elapsed_seconds=self.elapsed(), best_key=list(self.state.best_key),
+                        log_bytes=self.metrics.size)
         save_state({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                     "scheduler": self.scheduler.state_dict(), "progress": progress,
                     "torch_rng": torch.get_rng_state()}, self.run_dir / LAST_STATE)
@@ -391,8 +476,11 @@ class Trainer:
             built = [make_batch([corpus.src[i] for i in idx], [corpus.tgt[i] for i in idx]) for idx in group]
             t0 = time.monotonic()
             self._last_lr = self.scheduler.get_last_lr()[0]  # the rate of this update
-            loss, nll, tokens = self.train_step(built)
+            done = self.train_step(built)
             s.batch_in_epoch += len(group)
+            if done is None:  # a non-finite update, skipped
+                continue
+            loss, nll, tokens = done
             self.run_tokens, self.run_seconds = self.run_tokens + tokens, self.run_seconds + time.monotonic() - t0
             self.window.add(tokens, loss, nll)
             self.bar.update(1)
@@ -408,37 +496,68 @@ class Trainer:
                 return reason
         return None
 
+    def due_stop(self) -> str | None:
+        """The stop condition that holds now, if any: :meth:`stop_reason`, ``max_epochs`` at an
+        epoch's end, or ``stop_patience``. Lets a resumed run see that it is already over."""
+        tc, s = self.config.train, self.state
+        reason = self.stop_reason()
+        if reason is None and tc.max_epochs and s.epoch >= tc.max_epochs:
+            reason = f"reached max_epochs {tc.max_epochs}"
+        if reason is None and tc.stop_patience and s.bad_validations >= tc.stop_patience:
+            reason = f"no improvement in {tc.stop_patience} validations"
+        return reason
+
     def run(self) -> TrainResult:
         """Train until a stop condition, validate a last time, average checkpoints if configured.
+
+        A resumed run that had stopped and whose stop condition still holds skips training (and
+        the final validation, which it did); a finished one does nothing more.
 
         Returns:
             The run's :class:`TrainResult`.
         """
         tc, s = self.config.train, self.state
-        self.model.train()
-        self.bar = tqdm(total=tc.max_steps, initial=s.step, disable=None if self.progress_bar else True,
-                        unit="upd", dynamic_ncols=True, desc="train")
-        reason = None
-        while reason is None:
-            batches = token_batches(self.data.train.lengths(), tc.batch_tokens, seed=tc.seed, epoch=s.epoch)
-            reason = self._run_epoch(batches)
-            if reason is None:
-                s.epoch, s.batch_in_epoch = s.epoch + 1, 0
-                if tc.max_epochs and s.epoch >= tc.max_epochs:
-                    reason = f"reached max_epochs {tc.max_epochs}"
-        self.bar.close()
-        log.info("stopping: %s", reason)
-        last = self.validate()
+        if s.stop_reason is not None and self.due_stop() is None:  # resumed with a larger budget
+            s.stop_reason, s.finished = None, False
+        if s.finished:
+            log.info("%s: the run is already finished (%s, step %d); nothing to do", self.run_dir, s.stop_reason,
+                     s.step)
+            return self._result()
+        if s.stop_reason is None:
+            self.model.train()
+            self.bar = tqdm(total=tc.max_steps, initial=s.step, disable=None if self.progress_bar else True,
+                            unit="upd", dynamic_ncols=True, desc="train")
+            reason = self.due_stop() if s.step else None
+            while reason is None:
+                batches = token_batches(self.data.train.lengths(), tc.batch_tokens, seed=tc.seed, epoch=s.epoch)
+                reason = self._run_epoch(batches)
+                if reason is None:
+                    s.epoch, s.batch_in_epoch = s.epoch + 1, 0
+                    if tc.max_epochs and s.epoch >= tc.max_epochs:
+                        reason = f"reached max_epochs {tc.max_epochs}"
+            self.bar.close()
+            log.info("stopping: %s", reason)
+            s.stop_reason = reason
+            self.validate()  # its saved state records the stop: a resume goes on from here
+        else:
+            log.info("resuming after the final validation (stopped: %s)", s.stop_reason)
         if tc.average_last > 1 and len(self.step_ckpts) > 1 and self.data.valid is not None:
             self.average_checkpoints()
-        result = TrainResult(steps=s.step, epochs_done=s.epoch + s.batch_in_epoch / max(len(batches), 1),
-                             minutes=self.elapsed() / 60, best_valid_bleu=s.best_bleu, best_valid_ppl=s.best_ppl,
-                             tgt_tokens_per_second=self.run_tokens / max(self.run_seconds, 1e-9))
-        self.metrics.write("done", **asdict(result), precision=self.precision, stop_reason=reason,
-                           last_valid_bleu=last["valid_bleu"])
+        result = self._result()
+        self.metrics.write("done", **asdict(result), precision=self.precision, stop_reason=s.stop_reason,
+                           last_valid_bleu=s.last_valid_bleu)
+        s.finished = True
+        self.save_checkpoint()
         log.info("done: %d updates, %.1f epochs, %.1f minutes, best valid BLEU %s, %.0f tgt tok/s", s.step,
                  result.epochs_done, result.minutes, _fmt(s.best_bleu), result.tgt_tokens_per_second)
         return result
+
+    def _result(self) -> TrainResult:
+        tc, s = self.config.train, self.state
+        per_epoch = len(token_batches(self.data.train.lengths(), tc.batch_tokens, seed=tc.seed, epoch=s.epoch))
+        return TrainResult(steps=s.step, epochs_done=s.epoch + s.batch_in_epoch / max(per_epoch, 1),
+                           minutes=self.elapsed() / 60, best_valid_bleu=s.best_bleu, best_valid_ppl=s.best_ppl,
+                           tgt_tokens_per_second=self.run_tokens / max(self.run_seconds, 1e-9))
 
 
 def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: str | None = None,
