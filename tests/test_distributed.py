@@ -55,7 +55,12 @@ def _raw_config(data_dir: Path, accum_steps: int, max_steps: int) -> dict:
                   "dropout": 0.0, "share_embeddings": True},
         "train": {"batch_tokens": 120, "accum_steps": accum_steps, "schedule": "inverse_sqrt", "lr": 1e-3,
                   "warmup_steps": 4, "max_steps": max_steps, "valid_every": 1000, "log_every": 1,
-                  "valid_bleu": False, "precision": "fp32", "seed": 5, "num_threads": 1, "device": "cpu"},
+                  "valid_bleu": False, "precision": "fp32", "seed": 5, "num_threads": 1, "device": "cpu",
+                  # The key projection's bias has an exactly zero gradient (softmax ignores a shift
+                  # shared by all keys), so its computed gradient is rounding noise whose sign depends
+                  # on the order of the sums; Adam's default eps (1e-9) would turn that noise into
+                  # +-lr steps. A larger eps keeps it at noise level.
+                  "adam_eps": 1e-6},
     }
 
 

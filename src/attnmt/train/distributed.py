@@ -106,12 +106,11 @@ def shutdown() -> None:
 
 def wrap(module: torch.nn.Module, ranks: Ranks, device: torch.device) -> torch.nn.Module:
     """``module`` itself for one process, else wrapped in ``DistributedDataParallel`` (which
-    copies rank 0's parameters to every rank at construction). The module has no buffers that
-    training changes, so they are not re-broadcast before every forward pass."""
+    copies rank 0's parameters and buffers to every rank at construction)."""
     if not ranks.distributed:
         return module
     device_ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(module, device_ids=device_ids, broadcast_buffers=False)
+    return DistributedDataParallel(module, device_ids=device_ids)
 
 
 def share(group: list[T], ranks: Ranks) -> list[T]:
