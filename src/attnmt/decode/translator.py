@@ -69,6 +69,11 @@ class Translation:
 class Translator:
     """Translate raw sentences with a trained model.
 
+    Args:
+        model, src_tokenizer, tgt_tokenizer, config: a loaded model directory (:meth:`from_dir`).
+        device: 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps' (default ``config.decode.device``);
+            the model, search batches and key/value caches live there.
+
     Example:
         >>> tr = Translator.from_dir("runs/de-en")
         >>> tr.translate(["Ein Mann fährt Fahrrad."])[0].text

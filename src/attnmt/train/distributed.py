@@ -29,12 +29,17 @@ A stop signal (SIGINT, SIGTERM; torchrun forwards both to its workers as SIGTERM
 flag (:class:`StopSignals`); the ranks add their flags up at the start of every update, so all
 of them stop at the same update boundary, rank 0 writes a resumable checkpoint, and every
 process exits. A second SIGINT in the same process raises ``KeyboardInterrupt`` at once.
+torchrun kills workers that have not exited 30 seconds after it forwarded a signal; a signal
+during a long validation (which rank 0 runs while the others wait) can hit that limit, and the
+checkpoint of the previous validation is then the one to resume from (files are written
+atomically, so none is torn).
 
 Library: torch.distributed, torch.nn.parallel.DistributedDataParallel, signal.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import signal
@@ -49,6 +54,10 @@ from torch.nn.parallel import DistributedDataParallel
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# How long a collective waits for the other ranks: long enough for rank 0's validation (with
+# greedy BLEU), which the others wait for (PyTorch's default for NCCL is 10 minutes).
+GROUP_TIMEOUT = datetime.timedelta(minutes=60)
 
 
 @dataclass(frozen=True)
@@ -94,7 +103,7 @@ def init(ranks: Ranks, device: torch.device) -> None:
     is a single process or the group exists already."""
     if ranks.distributed and not dist.is_initialized():
         dist.init_process_group(backend_for(device), rank=ranks.rank, world_size=ranks.world_size,
-                                device_id=device if device.type == "cuda" else None)
+                                timeout=GROUP_TIMEOUT, device_id=device if device.type == "cuda" else None)
         log.info("rank %d of %d joined the %s process group", ranks.rank, ranks.world_size, backend_for(device))
 
 
