@@ -245,10 +245,10 @@ class Trainer:
                  len(self.data.src_tok), len(self.data.tgt_tok), self.device, self.precision)
         self.params = list({id(p): p for p in self.model.parameters()}.values())  # tied tensors once
         # The schedule gives the learning rate itself (base rate 1.0, as in the Annotated
-        # Transformer); LambdaLR's step i is the (i + 1)-th update. fused=True: speed switch,
-        # PyTorch's one-kernel Adam update (same update rule).
+        # Transformer); LambdaLR's step i is the (i + 1)-th update. fused: speed switch,
+        # PyTorch's one-kernel Adam update (same update rule), on CPUs and CUDA GPUs.
         self.optimizer = torch.optim.Adam(self.params, lr=1.0, betas=tc.adam_betas, eps=tc.adam_eps,
-                                          weight_decay=tc.weight_decay, fused=True)
+                                          weight_decay=tc.weight_decay, fused=self.device.type in ("cpu", "cuda"))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda i: learning_rate(
             tc.schedule, i + 1, d_model=config.model.d_model, lr=tc.lr, lr_factor=tc.lr_factor,
             warmup_steps=tc.warmup_steps))
