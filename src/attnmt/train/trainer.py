@@ -38,10 +38,10 @@ from tqdm import tqdm
 
 from attnmt import rundir
 from attnmt.config import Config
-from attnmt.device import configure, resolve_device
 from attnmt.data.batching import Batch, make_batch, token_batches
 from attnmt.data.corpus import EncodedCorpus, dataset_pair_files, encode_corpus, read_parallel
 from attnmt.data.tokenizers import PAD_ID, Tokenizer
+from attnmt.device import configure, resolve_device
 from attnmt.errors import CheckpointError, ConfigError
 from attnmt.evaluate import corpus_scores
 from attnmt.memory import peak_rss_mib
