@@ -14,6 +14,14 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=[
+    pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")])])
+def device(request) -> str:
+    """The device a test builds its model on: 'cpu', and 'cuda' (mark ``cuda``: run with
+    ``pytest -m cuda``) where PyTorch sees a GPU."""
+    return request.param
+
+
 @pytest.fixture
 def multi30k_dir() -> Path:
     """The directory holding multi30k/*.gz (skips the test where it is absent)."""
@@ -22,13 +30,13 @@ def multi30k_dir() -> Path:
     return SHARED_DATA
 
 
-def tiny_model(seed: int = 0, vocab: int = 40, **overrides) -> Transformer:
-    """A small randomly initialised Transformer in eval mode."""
+def tiny_model(seed: int = 0, vocab: int = 40, device: str = "cpu", **overrides) -> Transformer:
+    """A small randomly initialised Transformer in eval mode, on ``device``."""
     torch.manual_seed(seed)
     cfg = dict(d_model=32, num_heads=4, d_ff=64, num_encoder_layers=2, num_decoder_layers=2, dropout=0.0,
                max_positions=128)
     cfg.update(overrides)
-    return Transformer(ModelConfig(**cfg), vocab, vocab).eval()
+    return Transformer(ModelConfig(**cfg), vocab, vocab).eval().to(device)
 
 
 # A toy German->English dictionary task: each German word has one English word, in the same order.
@@ -70,6 +78,8 @@ def dictionary_model_dir(tmp_path_factory) -> Path:
     run_dir = tmp_path / "run"
     train(config_from_dict(raw), run_dir, progress=False)
     return run_dir
+
+
 COPY_WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
 
 

@@ -291,10 +291,10 @@ def test_resuming_a_finished_run_does_nothing(tiny_run, tmp_path, caplog):
 def _kill_at_step(step):
     original = Trainer.train_step
 
-    def train_step(self, batches):
+    def train_step(self, batches, tokens=None):
         if self.state.step == step:
             raise Killed
-        return original(self, batches)
+        return original(self, batches, tokens)
     return "train_step", train_step
 
 

@@ -159,31 +159,34 @@ def test_masks_as_arithmetic_equal_masked_fill(monkeypatch, dtype):
     assert torch.all(plain_w[0, :, 2] == 0)
 
 
-def test_decoder_is_causal():
-    model = tiny_model()
-    src = torch.randint(4, 40, (2, 7))
-    tgt = torch.randint(4, 40, (2, 6))
+@pytest.mark.cuda
+def test_decoder_is_causal(device):
+    model = tiny_model(device=device)
+    src = torch.randint(4, 40, (2, 7)).to(device)
+    tgt = torch.randint(4, 40, (2, 6)).to(device)
     changed = tgt.clone()
-    changed[:, 3:] = torch.randint(4, 40, (2, 3))
+    changed[:, 3:] = torch.randint(4, 40, (2, 3)).to(device)
     a, b = model(src, tgt), model(src, changed)
     assert torch.allclose(a[:, :3], b[:, :3], atol=1e-5)
     assert not torch.allclose(a[:, 3:], b[:, 3:], atol=1e-3)
 
 
-def test_padding_does_not_change_real_positions():
-    model = tiny_model()
-    src = torch.tensor([[5, 6, 7, EOS_ID]])
-    tgt = torch.tensor([[BOS_ID, 8, 9]])
-    padded_src = torch.tensor([[5, 6, 7, EOS_ID, PAD_ID, PAD_ID]])
-    padded_tgt = torch.tensor([[BOS_ID, 8, 9, PAD_ID]])
+@pytest.mark.cuda
+def test_padding_does_not_change_real_positions(device):
+    model = tiny_model(device=device)
+    src = torch.tensor([[5, 6, 7, EOS_ID]], device=device)
+    tgt = torch.tensor([[BOS_ID, 8, 9]], device=device)
+    padded_src = torch.tensor([[5, 6, 7, EOS_ID, PAD_ID, PAD_ID]], device=device)
+    padded_tgt = torch.tensor([[BOS_ID, 8, 9, PAD_ID]], device=device)
     assert torch.allclose(model(src, tgt), model(padded_src, padded_tgt)[:, :3], atol=1e-5)
 
 
 @pytest.mark.parametrize("options", [{}, {"norm_first": True, "positional": "learned"}])
-def test_cached_incremental_decoding_equals_full_forward(options):
-    model = tiny_model(**options)
-    src = torch.tensor([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID]])
-    tgt = torch.tensor([[BOS_ID, 11, 12, 13, 14], [BOS_ID, 15, 16, 17, 18]])
+@pytest.mark.cuda
+def test_cached_incremental_decoding_equals_full_forward(options, device):
+    model = tiny_model(device=device, **options)
+    src = torch.tensor([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID, PAD_ID, PAD_ID]], device=device)
+    tgt = torch.tensor([[BOS_ID, 11, 12, 13, 14], [BOS_ID, 15, 16, 17, 18]], device=device)
     memory, src_mask, _ = model.encode(src)
     full = torch.log_softmax(model.decode(tgt, memory, src_mask).logits, dim=-1)  # (B, T, V)
     cache = model.init_cache()

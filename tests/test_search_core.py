@@ -109,9 +109,10 @@ def _random_sources(seed: int, rows: int, length: int, short_row: int, short_len
     return src
 
 
-def test_beam_size_one_equals_greedy_and_batching_is_invisible():
-    model = tiny_model(seed=3, vocab=40)
-    src = _random_sources(seed=1, rows=4, length=9, short_row=1, short_length=5)
+@pytest.mark.cuda
+def test_beam_size_one_equals_greedy_and_batching_is_invisible(device):
+    model = tiny_model(seed=3, vocab=40, device=device)
+    src = _random_sources(seed=1, rows=4, length=9, short_row=1, short_length=5).to(device)
     greedy = greedy_search(model, src, max_len_a=1.0, max_len_b=5)
     beam = beam_search(model, src, beam_size=1, alpha=0.0, max_len_a=1.0, max_len_b=5)
     assert [g.tokens for g in greedy] == [b[0].tokens for b in beam]
@@ -133,11 +134,12 @@ def test_hypothesis_scores_are_consistent():
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
-def test_fused_and_explicit_attention_give_the_same_search(beam_size):
+@pytest.mark.cuda
+def test_fused_and_explicit_attention_give_the_same_search(beam_size, device):
     # decode.attention chooses either kernel: the cached steps, with source keys/values shared
     # by each sentence's beams, must agree.
-    model = tiny_model(seed=5, vocab=40)
-    src = _random_sources(seed=2, rows=3, length=8, short_row=2, short_length=4)
+    model = tiny_model(seed=5, vocab=40, device=device)
+    src = _random_sources(seed=2, rows=3, length=8, short_row=2, short_length=4).to(device)
     results = []
     for fused in (True, False):
         model.set_fused_attention(encoder=fused, decoder=fused)

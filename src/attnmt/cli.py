@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -124,10 +125,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     from attnmt.config import load_config
     from attnmt.train.trainer import train
 
-    config = load_config(args.config, args.set)
-    check_output_dir(args.output, "--output")
+    overrides = args.set + ([f"train.device={args.device}"] if args.device else [])
+    config = load_config(args.config, overrides)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 alone writes
+        check_output_dir(args.output, "--output")
     result = train(config, args.output, resume=args.resume, data_dir=args.data_dir)
-    print(_json_line(result.__dict__))
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 alone prints the summary
+        print(_json_line(result.__dict__))
+    if result.interrupted_by:  # a stop signal: the conventional exit status 128 + its number
+        return 128 + signal.Signals[result.interrupted_by].value
     return 0
 
 
@@ -138,7 +144,7 @@ def _translator(args: argparse.Namespace):
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    tr = Translator.from_dir(args.model, weights=args.weights)
+    tr = Translator.from_dir(args.model, weights=args.weights, device=args.device)
     if args.precision:
         tr.set_precision(args.precision)
     if args.attention:
@@ -334,24 +340,20 @@ def _setting(item: str) -> tuple[str, str]:
 
 def _add_decode_options(p: argparse.ArgumentParser) -> None:
     _add_model_options(p)
-    p.add_argument("--beam-size", type=int, help="beam size K (1 = greedy); default from the model's config")
-    p.add_argument("--batch-size", type=int, help="sentences per batch; default from the model's config")
-    p.add_argument("--length-penalty", type=float, help="alpha of the GNMT length penalty (default 0.6)")
+    p.add_argument("--beam-size", type=positive_int, help="beam size K (1 = greedy); default from the model's config")
+    p.add_argument("--batch-size", type=positive_int, help="sentences per batch; default from the model's config")
+    p.add_argument("--length-penalty", type=finite_float, help="alpha of the GNMT length penalty (default 0.6)")
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model directory written by 'attnmt train'")
     p.add_argument("--weights", help="a .safetensors file to use instead of MODEL/model.safetensors")
-    p.add_argument("--model", required=True, help="model directory written by 'attnmt train'")
-    p.add_argument("--weights", help="a .safetensors file to use instead of MODEL/model.safetensors")
-    p.add_argument("--beam-size", type=positive_int, help="beam size K (1 = greedy); default from the model's config")
-    p.add_argument("--batch-size", type=positive_int, help="sentences per batch; default from the model's config")
-    p.add_argument("--length-penalty", type=finite_float, help="alpha of the GNMT length penalty (default 0.6)")
     p.add_argument("--precision", choices=["fp32", "bf16", "int8"],
                    help="inference precision: fp32, bf16, or int8 (dynamic quantisation); default from the model's config")
     p.add_argument("--attention", choices=["explicit", "fused"],
                    help="attention kernel: the explicit formula or PyTorch's fused one; default from the model's config")
     p.add_argument("--threads", type=positive_int, help="CPU threads (default: PyTorch's)")
+    p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps; default from the model's config (decode.device)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -374,6 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a configuration value, e.g. --set model.num_encoder_layers=4")
     p.add_argument("--resume", action="store_true", help="continue the run in --output from its last checkpoint")
     p.add_argument("--data-dir", help="local dataset directory (holding multi30k/); default $ATTNMT_DATA")
+    p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (same as --set train.device=...)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("translate", help="translate raw text, one sentence a line")
@@ -430,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 alone logs progress
+        level = max(level, logging.WARNING)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     from attnmt.memory import tune_allocator
 

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from attnmt.device import DEVICE_NAME
 from attnmt.errors import ConfigError
 
 
@@ -100,7 +101,8 @@ class TrainConfig(_Section):
 
     seed: int = 1
     batch_tokens: int = Field(4096, gt=0, description="padded tokens per batch (sentences x longest side)")
-    accum_steps: int = Field(1, gt=0)
+    accum_steps: int = Field(1, gt=0, description="batches per process accumulated into one update; an update "
+                             "takes accum_steps x processes batches")
     max_steps: int | None = Field(None, gt=0)
     max_epochs: int | None = Field(None, gt=0)
     max_minutes: float | None = Field(None, gt=0, description="wall-clock budget; stop cleanly after it")
@@ -113,7 +115,11 @@ class TrainConfig(_Section):
     weight_decay: float = Field(0.0, ge=0.0)
     label_smoothing: float = Field(0.1, ge=0.0, lt=1.0)
     clip_norm: float | None = Field(1.0, gt=0)
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="fp32; bf16 autocast (CPUs with fast bfloat16, CUDA); fp16 autocast with loss scaling "
+        "(CUDA only, fp32 elsewhere); the paper trained in float32")
+    device: str = Field("auto", pattern=DEVICE_NAME, description="auto (CUDA, then MPS, then CPU), cpu, cuda, "
+                        "cuda:N or mps; under torchrun 'cuda' is the GPU of the process's LOCAL_RANK")
     num_threads: int | None = Field(None, gt=0)
     valid_every: int = Field(1000, gt=0, description="validate every N updates")
     valid_bleu: bool = True
@@ -141,6 +147,8 @@ class DecodeConfig(_Section):
     max_len_b: int = Field(10, ge=0)
     batch_size: int = Field(128, gt=0, description="sentences per search batch")
     precision: Literal["fp32", "bf16", "int8"] = "fp32"
+    device: str = Field("auto", pattern=DEVICE_NAME, description="auto (CUDA, then MPS, then CPU), cpu, cuda, "
+                        "cuda:N or mps")
     attention: Literal["explicit", "fused"] = Field(
         "explicit", description="attention kernel for translation: the explicit formula of equation 1, or PyTorch's "
         "fused scaled_dot_product_attention (same function; the explicit one was faster for incremental decoding "

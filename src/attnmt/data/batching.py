@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from attnmt.device import to_device
 
 
 @dataclass
@@ -35,6 +36,11 @@ class Batch:
     def num_tgt_tokens(self) -> int:
         """Real (non-pad) target tokens, EOS included."""
         return int((self.tgt_out != PAD_ID).sum())
+
+    def to(self, device: torch.device) -> "Batch":
+        """This batch on ``device`` (for CUDA pinned and copied without blocking,
+        ``attnmt.device.to_device``); itself where it is there already."""
+        return Batch(to_device(self.src, device), to_device(self.tgt_in, device), to_device(self.tgt_out, device))
 
 
 def pad_sequences(seqs: list[list[int]], pad: int = PAD_ID) -> torch.Tensor:

@@ -37,6 +37,11 @@ class Tokenizer:
         ):
             raise CheckpointError(f"{name}: does not use attnmt's special ids (pad 0, unk 1, bos 2, eos 3)")
 
+    @property
+    def model_proto(self) -> bytes:
+        """The serialized SentencePiece model (what :meth:`save` writes; ``Tokenizer(proto)`` loads it)."""
+        return self._proto
+
     @classmethod
     def load(cls, path: str | Path) -> "Tokenizer":
         """Load a ``.model`` file.

@@ -18,6 +18,7 @@ import torch
 from attnmt.config import Config
 from attnmt.data.batching import pad_sequences
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, Tokenizer
+from attnmt.device import configure, resolve_device, to_device
 from attnmt.model.transformer import Transformer
 from attnmt.precision import PRECISIONS, effective_precision
 from attnmt.rundir import load_model_dir
@@ -68,32 +69,59 @@ class Translation:
 class Translator:
     """Translate raw sentences with a trained model.
 
+    Args:
+        model, src_tokenizer, tgt_tokenizer, config: a loaded model directory (:meth:`from_dir`).
+        device: 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps' (default ``config.decode.device``);
+            the model, search batches and key/value caches live there.
+
     Example:
         >>> tr = Translator.from_dir("runs/de-en")
         >>> tr.translate(["Ein Mann fährt Fahrrad."])[0].text
     """
 
-    def __init__(self, model: Transformer, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer, config: Config):
+    def __init__(self, model: Transformer, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer, config: Config,
+                 device: str | None = None):
         self.model = model.eval()
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.config = config
+        self.device = torch.device("cpu")
         self._precision = "fp32"
+        self.set_device(device or config.decode.device)
         self.set_precision(config.decode.precision)
-        self.set_attention(config.decode.attention)
+        self.set_attention("fused" if self.device.type == "cuda" else config.decode.attention)
 
     @classmethod
-    def from_dir(cls, run_dir: str | Path, weights: str | Path | None = None) -> "Translator":
+    def from_dir(cls, run_dir: str | Path, weights: str | Path | None = None, device: str | None = None
+                 ) -> "Translator":
         """Load a model directory (``attnmt.rundir``: config.yaml, SentencePiece model(s),
         model.safetensors).
 
         Args:
             weights: another safetensors file to load instead of the directory's model.safetensors.
+            device: 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; default the config's ``decode.device``.
         Raises:
-            CheckpointError, ConfigError: missing or incompatible files.
+            CheckpointError, ConfigError: missing or incompatible files, or a device this
+            machine does not have.
         """
         config, src_tok, tgt_tok, model = load_model_dir(run_dir, weights)
-        return cls(model, src_tok, tgt_tok, config)
+        return cls(model, src_tok, tgt_tok, config, device)
+
+    def set_device(self, name: str) -> None:
+        """Move the model to a device ('auto', 'cpu', 'cuda', 'cuda:N', 'mps'; ``attnmt.device``);
+        search batches and caches follow it. int8 models stay on the CPU. (A translator created on
+        CUDA uses the fused attention kernel unless :meth:`set_attention` says otherwise.)
+
+        Raises:
+            ConfigError: an unknown name or a device this machine does not have.
+            ValueError: a non-CPU device for an int8-quantised model.
+        """
+        device = resolve_device(name)
+        if device.type != "cpu" and self._precision == "int8":
+            raise ValueError("int8 (dynamically quantised) models run on the CPU only")
+        configure(device)
+        self.model.to(device)
+        self.device = device
 
     @property
     def precision(self) -> str:
@@ -113,9 +141,12 @@ class Translator:
         """
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}; use {', '.join(PRECISIONS)}")
-        precision = effective_precision(precision, "translation")
+        if self.device.type == "cpu":
+            precision = effective_precision(precision, "translation")
         if self._precision == "int8" and precision != "int8":
             raise ValueError("an int8-quantised model cannot be converted back; load it again")
+        if precision == "int8" and self.device.type != "cpu":
+            raise ValueError("int8 (dynamic quantisation) runs on the CPU only; use --device cpu")
         if precision == "int8" and self._precision != "int8":
             from torch.ao.quantization import quantize_dynamic
 
@@ -187,7 +218,7 @@ class Translator:
         order = sorted(todo, key=lambda i: len(src_ids[i]), reverse=True)
         for start in range(0, len(order), batch_size):
             chunk = order[start: start + batch_size]
-            src = pad_sequences([src_ids[i] for i in chunk])  # (B, S)
+            src = to_device(pad_sequences([src_ids[i] for i in chunk]), self.device)  # (B, S)
             if beam_size == 1 and nbest == 1:
                 hyps = [[h] for h in greedy_search(self.model, src, dc.max_len_a, dc.max_len_b)]
             else:
@@ -213,11 +244,11 @@ class Translator:
             out_ids: output ids (T of them, usually ending with EOS); row t is the attention
                 used to predict ``out_ids[t]``.
         """
-        src = torch.tensor([src_ids])  # (1, S)
-        tgt_in = torch.tensor([[BOS_ID] + out_ids[:-1]]) if out_ids else torch.tensor([[BOS_ID]])  # (1, T)
+        src = torch.tensor([src_ids], device=self.device)  # (1, S)
+        tgt_in = torch.tensor([[BOS_ID] + out_ids[:-1]] if out_ids else [[BOS_ID]], device=self.device)  # (1, T)
         memory, src_mask, enc_w = self.model.encode(src, need_weights=True)
         out = self.model.decode(tgt_in, memory, src_mask, need_weights=True)
-        stack = lambda ws: torch.stack([w[0].float() for w in ws])  # noqa: E731  (L, H, ., .)
+        stack = lambda ws: torch.stack([w[0].float().cpu() for w in ws])  # noqa: E731  (L, H, ., .)
         return {"source": stack(out.src_attn), "encoder": stack(enc_w), "decoder": stack(out.self_attn)}
 
     def source_attention(self, src_ids: list[int], out_ids: list[int]) -> torch.Tensor:
@@ -245,10 +276,11 @@ class Translator:
         results: list[ScoredHypothesis | None] = [None] * len(sources)
         for start in range(0, len(sources), batch_size):
             idx = list(range(start, min(start + batch_size, len(sources))))
-            src = pad_sequences([src_ids[i] for i in idx])  # (B, S)
-            tgt_in = pad_sequences([[BOS_ID] + tgt_ids[i][:-1] for i in idx])  # (B, T)
+            src = to_device(pad_sequences([src_ids[i] for i in idx]), self.device)  # (B, S)
+            tgt_in = to_device(pad_sequences([[BOS_ID] + tgt_ids[i][:-1] for i in idx]), self.device)  # (B, T)
             memory, src_mask, _ = self.model.encode(src)
-            logp = torch.log_softmax(self.model.decode(tgt_in, memory, src_mask).logits.float(), dim=-1)  # (B, T, V)
+            logits = self.model.decode(tgt_in, memory, src_mask).logits.float().cpu()
+            logp = torch.log_softmax(logits, dim=-1)  # (B, T, V)
             for row, i in enumerate(idx):
                 ids = tgt_ids[i]
                 lps = logp[row, torch.arange(len(ids)), torch.tensor(ids)].tolist()

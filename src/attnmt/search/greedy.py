@@ -32,7 +32,7 @@ def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5,
     memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S)
     limits = max_output_lengths(src, model.pad_id, max_len_a, max_len_b, model.config.max_positions - 1)
     cache = model.init_cache()
-    active = torch.arange(batch_size)  # sentence index of each live row
+    active = torch.arange(batch_size, device=src.device)  # sentence index of each live row
     last = torch.full((batch_size, 1), BOS_ID, dtype=torch.long, device=src.device)  # (B, 1)
     tokens: list[list[int]] = [[] for _ in range(batch_size)]
     lprobs: list[list[float]] = [[] for _ in range(batch_size)]

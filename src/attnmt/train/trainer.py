@@ -23,6 +23,13 @@ run has stopped (then the final validation is done) and whether it has finished.
 finished run whose stop condition still holds does nothing; resuming after a kill during the
 final validation or the averaging finishes the run as an uninterrupted one would.
 
+Devices and processes: the model and its batches live on ``train.device`` (``attnmt.device``),
+at the precision that device supports (``attnmt.precision.training_precision``; float16 with a
+loss scaler on CUDA). Started by torchrun, the same loop runs data-parallel over several
+processes (``attnmt.train.distributed``: each rank's share of an update, the loss normalised
+by the whole update's target tokens, rank 0 alone writing and validating). SIGINT and SIGTERM
+stop every rank at the same update boundary with a resumable checkpoint.
+
 "Best" means higher validation BLEU, then lower perplexity.
 
 Library: torch.optim (Adam, LambdaLR), tqdm.
@@ -30,6 +37,7 @@ Library: torch.optim (Adam, LambdaLR), tqdm.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -44,12 +52,14 @@ from attnmt.config import Config
 from attnmt.data.batching import Batch, make_batch, token_batches
 from attnmt.data.corpus import EncodedCorpus, dataset_pair_files, encode_corpus, read_parallel
 from attnmt.data.tokenizers import PAD_ID, Tokenizer
+from attnmt.device import configure, resolve_device
 from attnmt.errors import CheckpointError, ConfigError, DataError, TrainingError
 from attnmt.evaluate import corpus_scores
 from attnmt.memory import peak_rss_mib
 from attnmt.model.transformer import Transformer, count_parameters
-from attnmt.precision import autocast, effective_precision
+from attnmt.precision import autocast, grad_scaler, training_precision
 from attnmt.search.greedy import greedy_search
+from attnmt.train import distributed
 from attnmt.train.checkpoint import (LAST_STATE, STEP_WEIGHTS, average_weights, load_state, save_state,
                                      step_checkpoints)
 from attnmt.train.losses import chunked_label_smoothed_cross_entropy, label_smoothed_cross_entropy
@@ -70,7 +80,9 @@ class TrainResult:
     minutes: float
     best_valid_bleu: float | None
     best_valid_ppl: float
-    tgt_tokens_per_second: float
+    tgt_tokens_per_second: float  # all processes together
+    stop_reason: str = ""
+    interrupted_by: str | None = None  # 'SIGINT' or 'SIGTERM' when a signal stopped the run
 
 
 @dataclass
@@ -79,7 +91,7 @@ class Progress:
 
     step: int = 0  # updates done
     epoch: int = 0  # 0-based epoch in progress
-    batch_in_epoch: int = 0  # batches of that epoch done
+    batch_in_epoch: int = 0  # batches of that epoch done, by all processes together
     elapsed_seconds: float = 0.0  # wall clock before this process
     best_bleu: float | None = None
     best_ppl: float = float("inf")
@@ -117,9 +129,13 @@ def corpus_files(config: Config, split: str, data_dir: str | None) -> tuple[Path
     return (Path(d.valid_src), Path(d.valid_tgt)) if d.valid_src else None
 
 
-def prepare_corpus(config: Config, run_dir: Path, resume: bool, data_dir: str | None) -> CorpusData:
+def prepare_corpus(config: Config, run_dir: Path, resume: bool, data_dir: str | None,
+                   ranks: distributed.Ranks = distributed.Ranks(), device: torch.device | None = None) -> CorpusData:
     """Read the corpus, train the SentencePiece model(s) into ``run_dir`` (reload them on
     resume), encode the pairs and drop those with an empty side or longer than ``data.max_len``.
+    Under several processes rank 0 alone trains or reloads the SentencePiece model(s) and sends
+    them to the others, so only rank 0's machine needs ``run_dir``; every machine needs the
+    corpus.
 
     Raises:
         DataError: unreadable or misaligned files. ConfigError: no usable training pair.
@@ -130,11 +146,7 @@ def prepare_corpus(config: Config, run_dir: Path, resume: bool, data_dir: str | 
     if not any(s and t for s, t in zip(train_src, train_tgt)):
         raise DataError(f"{train_files[0]} and {train_files[1]}: no training pair with both sides non-empty")
     valid = read_parallel(*valid_files) if valid_files is not None else None  # before the long work
-    if resume:
-        src_tok, tgt_tok = rundir.read_tokenizers(run_dir)
-    else:
-        src_tok, tgt_tok = _train_tokenizers(config, train_src, train_tgt)
-        rundir.write_tokenizers(run_dir, src_tok, tgt_tok)
+    src_tok, tgt_tok = _shared_tokenizers(config, run_dir, resume, train_src, train_tgt, ranks, device)
     train = encode_corpus(train_src, train_tgt, src_tok.encode_batch, tgt_tok.encode_batch, config.data.max_len)
     log.info("training pairs: %d kept, %d dropped as empty, %d dropped as longer than %d subwords",
              len(train.src), train.dropped_empty, train.dropped_long, config.data.max_len)
@@ -150,6 +162,24 @@ def prepare_corpus(config: Config, run_dir: Path, resume: bool, data_dir: str | 
     return data
 
 
+def _shared_tokenizers(config: Config, run_dir: Path, resume: bool, src_lines: list[str], tgt_lines: list[str],
+                       ranks: distributed.Ranks, device: torch.device | None) -> tuple[Tokenizer, Tokenizer]:
+    """Rank 0's tokenizers (trained, or reloaded on resume) on every rank."""
+    protos = None
+    if ranks.is_main:
+        if resume:
+            src_tok, tgt_tok = rundir.read_tokenizers(run_dir)
+        else:
+            src_tok, tgt_tok = _train_tokenizers(config, src_lines, tgt_lines)
+            rundir.write_tokenizers(run_dir, src_tok, tgt_tok)
+        protos = (src_tok.model_proto, None if tgt_tok is src_tok else tgt_tok.model_proto)
+    protos = distributed.broadcast(protos, device or torch.device("cpu"))
+    if ranks.is_main:
+        return src_tok, tgt_tok
+    src_tok = Tokenizer(protos[0])
+    return src_tok, src_tok if protos[1] is None else Tokenizer(protos[1])
+
+
 def _train_tokenizers(config: Config, src_lines: list[str], tgt_lines: list[str]) -> tuple[Tokenizer, Tokenizer]:
     tc = config.tokenizer
     options = dict(vocab_size=tc.vocab_size, model_type=tc.model_type, character_coverage=tc.character_coverage,
@@ -162,18 +192,50 @@ def _train_tokenizers(config: Config, src_lines: list[str], tgt_lines: list[str]
     return Tokenizer.train(src_lines, **options), Tokenizer.train(tgt_lines, **options)
 
 
+class BatchLoss(torch.nn.Module):
+    """The summed label-smoothed loss and NLL of one teacher-forced batch, as a module's
+    forward: ``DistributedDataParallel`` synchronises the gradients of what the forward of the
+    module it wraps computed, so the loss, not only the Transformer, is what it wraps.
+
+    Args:
+        model: the Transformer.
+        label_smoothing: epsilon_ls (paper section 5.4).
+    """
+
+    def __init__(self, model: Transformer, label_smoothing: float):
+        super().__init__()
+        self.model, self.label_smoothing = model, label_smoothing
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, S), (B, T), (B, T) int64 ids -> summed label-smoothed loss and summed NLL over
+        the non-pad targets (float32 scalars)."""
+        eps, target = self.label_smoothing, tgt_out.flatten()  # (B*T,)
+        if not CHUNKED_LOSS:
+            logits = self.model(src, tgt_in)  # (B, T, V)
+            return label_smoothed_cross_entropy(logits.flatten(0, 1), target, eps, PAD_ID)
+        # Speed switch (memory): the loss from the decoder states and the output projection.
+        memory, src_mask, _ = self.model.encode(src)
+        states, _, _ = self.model.decoder.features(tgt_in, memory, src_mask)  # (B, T, D)
+        projection = self.model.decoder.output_projection
+        return chunked_label_smoothed_cross_entropy(states.flatten(0, 1), projection.weight, target, eps, PAD_ID,
+                                                    projection.bias)
+
+
 class Trainer:
     """Trains a model into a run directory (module docstring).
 
     Args:
         config: the validated configuration; on ``resume`` its model and tokenizer sections
             must equal those saved in ``run_dir``.
-        run_dir: the model directory to create (or, with ``resume``, to continue).
-        resume: continue from ``run_dir``'s ``checkpoints/last.pt``.
+        run_dir: the model directory to create (or, with ``resume``, to continue); under
+            several processes only rank 0 reads and writes it.
+        resume: continue from ``run_dir``'s ``checkpoints/last.pt`` (saved under any number
+            of processes; ``attnmt.train.distributed`` says what is exact).
         data_dir: local dataset directory (overrides ``data.data_dir`` and ``ATTNMT_DATA``).
-        progress: show a tqdm progress bar on a terminal.
+        progress: show a tqdm progress bar on a terminal (rank 0 only).
     Raises:
-        ConfigError, DataError, CheckpointError: bad configuration, corpus or run directory.
+        ConfigError, DataError, CheckpointError: bad configuration, device, corpus or run directory.
     """
 
     def __init__(self, config: Config, run_dir: str | Path, resume: bool = False, data_dir: str | None = None,
@@ -181,35 +243,51 @@ class Trainer:
         self.start_time = time.monotonic()
         self.config, self.run_dir, self.progress_bar = config, Path(run_dir), progress
         tc = config.train
-        state = self._check_run_dir(resume)
+        self.ranks = distributed.from_env()
+        self.device = resolve_device(tc.device, self.ranks.local_rank if self.ranks.distributed else None)
+        configure(self.device)
+        distributed.init(self.ranks, self.device)
+        # rank 0's saved state (None for a new run) on every rank
+        state = distributed.broadcast(self._check_run_dir(resume) if self.ranks.is_main else None, self.device)
         if tc.num_threads:
             torch.set_num_threads(tc.num_threads)
-        self.precision = effective_precision(tc.precision, "training")
+        self.precision = training_precision(tc.precision, self.device.type)
         torch.manual_seed(tc.seed)
-        self.data = prepare_corpus(config, self.run_dir, state is not None, data_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)  # after the corpus: a data error leaves no directory
-        rundir.write_config(config, self.run_dir)
+        self.data = prepare_corpus(config, self.run_dir, state is not None, data_dir, self.ranks, self.device)
+        if self.ranks.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)  # after the corpus: a data error leaves no directory
+            rundir.write_config(config, self.run_dir)
         self.model = Transformer(config.model, len(self.data.src_tok), len(self.data.tgt_tok), pad_id=PAD_ID)
-        log.info("model: %d parameters; vocabulary %d/%d", count_parameters(self.model), len(self.data.src_tok),
-                 len(self.data.tgt_tok))
+        self.model.to(self.device)
+        if self.device.type == "cuda":  # speed switch: PyTorch's fused attention kernels on GPUs
+            self.model.set_fused_attention(encoder=True, decoder=True)
+        log.info("model: %d parameters; vocabulary %d/%d; device %s, precision %s", count_parameters(self.model),
+                 len(self.data.src_tok), len(self.data.tgt_tok), self.device, self.precision)
         self.params = list({id(p): p for p in self.model.parameters()}.values())  # tied tensors once
         # The schedule gives the learning rate itself (base rate 1.0, as in the Annotated
-        # Transformer); LambdaLR's step i is the (i + 1)-th update. fused=True: speed switch,
-        # PyTorch's one-kernel Adam update (same update rule).
+        # Transformer); LambdaLR's step i is the (i + 1)-th update. fused: speed switch,
+        # PyTorch's one-kernel Adam update (same update rule), on CPUs and CUDA GPUs.
         self.optimizer = torch.optim.Adam(self.params, lr=1.0, betas=tc.adam_betas, eps=tc.adam_eps,
-                                          weight_decay=tc.weight_decay, fused=True)
+                                          weight_decay=tc.weight_decay, fused=self.device.type in ("cpu", "cuda"))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda i: learning_rate(
             tc.schedule, i + 1, d_model=config.model.d_model, lr=tc.lr, lr_factor=tc.lr_factor,
             warmup_steps=tc.warmup_steps))
+        self.scaler = grad_scaler(self.precision, self.device.type)
+        self.loss = BatchLoss(self.model, tc.label_smoothing)
         self.state = Progress()
         if state is not None:
             self._restore(state)
+        elif self.ranks.rank > 0:
+            torch.manual_seed(distributed.rank_seed(tc.seed, self.ranks.rank, 0))
+        self.ddp_loss = distributed.wrap(self.loss, self.ranks, self.device)  # the loss the updates use
         self._open_records(resumed=state is not None)
         self.valid_seconds = 0.0  # duration of the last validation, reserved at the end of the budget
         self.window = Window()
-        self.run_tokens, self.run_seconds = 0, 0.0  # target tokens and update time of this process
+        self.run_tokens, self.run_seconds = 0, 0.0  # target tokens (all processes) and update time of this run
         self.bar: tqdm | None = None  # the progress bar, while run() runs
         self._last_lr = 0.0  # the learning rate of the latest update
+        self.signals = distributed.StopSignals()
+        self.interrupted_by: str | None = None  # the signal that stopped the run
 
     def _check_run_dir(self, resume: bool) -> dict | None:
         """The state to resume from (None for a new run); refuses to overwrite a run."""
@@ -230,24 +308,36 @@ class Trainer:
         return load_state(self.run_dir / LAST_STATE)
 
     def _restore(self, state: dict) -> None:
+        """Load a saved state; rank 0 continues the saved random stream, other ranks reseed."""
         try:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
+            if state.get("scaler") and self.scaler.is_enabled():
+                self.scaler.load_state_dict(state["scaler"])
             progress = dict(state["progress"])
         except (KeyError, RuntimeError, ValueError) as e:
             raise CheckpointError(f"{self.run_dir / LAST_STATE}: does not fit this run: {e}") from None
         progress["best_key"] = tuple(progress["best_key"])
         self.state = Progress(**progress)
-        torch.set_rng_state(state["torch_rng"])
-        log.info("resumed from step %d (epoch %d, batch %d)", self.state.step, self.state.epoch + 1,
-                 self.state.batch_in_epoch)
+        if self.ranks.is_main:
+            torch.set_rng_state(state["torch_rng"])
+            if self.device.type == "cuda" and "cuda_rng" in state:
+                torch.cuda.set_rng_state(state["cuda_rng"], self.device)
+        else:
+            torch.manual_seed(distributed.rank_seed(self.config.train.seed, self.ranks.rank, self.state.step))
+        log.info("resumed from step %d (epoch %d, batch %d; saved under %d process(es), now %d)", self.state.step,
+                 self.state.epoch + 1, self.state.batch_in_epoch, state.get("world_size", 1), self.ranks.world_size)
 
     def _open_records(self, resumed: bool) -> None:
         """Open ``train_log.jsonl`` and list the step checkpoints, both as of the saved state:
         a new run starts an empty log and removes stale step checkpoints; a resumed one cuts
-        the log back to the state's length and drops step checkpoints written after it."""
+        the log back to the state's length and drops step checkpoints written after it. Rank 0
+        alone writes: the other processes get neither."""
         s = self.state
+        if not self.ranks.is_main:
+            self.metrics, self.step_ckpts = None, []
+            return
         self.metrics = MetricsLog(self.run_dir / "train_log.jsonl", truncate_to=s.log_bytes if resumed else 0)
         self.step_ckpts = []
         for path in step_checkpoints(self.run_dir):
@@ -264,46 +354,56 @@ class Trainer:
     # ---- one update ---------------------------------------------------------------------------
 
     def batch_loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Summed label-smoothed loss and summed NLL of one teacher-forced batch (float32 scalars)."""
-        eps, target = self.config.train.label_smoothing, batch.tgt_out.flatten()  # (B*T,)
-        if not CHUNKED_LOSS:
-            logits = self.model(batch.src, batch.tgt_in)  # (B, T, V)
-            return label_smoothed_cross_entropy(logits.flatten(0, 1), target, eps, PAD_ID)
-        # Speed switch (memory): the loss from the decoder states and the output projection.
-        memory, src_mask, _ = self.model.encode(batch.src)
-        states, _, _ = self.model.decoder.features(batch.tgt_in, memory, src_mask)  # (B, T, D)
-        projection = self.model.decoder.output_projection
-        return chunked_label_smoothed_cross_entropy(states.flatten(0, 1), projection.weight, target, eps, PAD_ID,
-                                                    projection.bias)
+        """Summed label-smoothed loss and summed NLL of one teacher-forced batch (float32
+        scalars), by the model itself (not through DistributedDataParallel): for validation."""
+        return self.loss(batch.src, batch.tgt_in, batch.tgt_out)
 
-    def train_step(self, batches: list[Batch]) -> tuple[float, float, int] | None:
-        """One update from ``batches`` (gradients accumulated): the loss is summed over their
-        target tokens and divided by the total, the gradient norm clipped to ``clip_norm``, then
-        Adam and the schedule step. Returns (summed loss, summed NLL, target tokens), or None
-        when the loss or the gradient norm is not finite: then nothing is updated
-        (:meth:`skip_nonfinite`)."""
-        tokens = sum(b.num_tgt_tokens for b in batches)
+    def train_step(self, batches: list[Batch], tokens: int | None = None) -> tuple[float, float, int] | None:
+        """One update from this process's ``batches`` (on the device; gradients accumulated).
+
+        Each batch's summed loss is divided by ``tokens``, the target tokens of the whole update
+        (all processes; default: those of ``batches``), and multiplied by the number of
+        processes, whose gradients DistributedDataParallel averages; the inner batches skip
+        that synchronisation (``no_sync``). Then the loss scaler (fp16 only) unscales the
+        gradients, their norm is clipped to ``clip_norm``, and Adam and the schedule step.
+
+        Returns:
+            (summed loss, summed NLL, target tokens) of this process's batches, or None when
+            the loss or the gradient norm is not finite: then nothing is updated
+            (:meth:`skip_nonfinite`). Under DistributedDataParallel the gradient norm is that
+            of the averaged gradients, the same on every process, so all skip together.
+        """
+        local_tokens = sum(b.num_tgt_tokens for b in batches)
+        tokens = tokens or local_tokens
+        scale = self.ranks.world_size / tokens
         loss_sum = nll_sum = 0.0
-        for b in batches:
-            with autocast(self.precision):
-                loss, nll = self.batch_loss(b)
-            (loss / tokens).backward()
+        for i, b in enumerate(batches):
+            inner = self.ranks.distributed and i < len(batches) - 1
+            with self.ddp_loss.no_sync() if inner else contextlib.nullcontext():  # type: ignore[operator]
+                with autocast(self.precision, self.device.type):
+                    loss, nll = self.ddp_loss(b.src, b.tgt_in, b.tgt_out)
+                self.scaler.scale(loss * scale).backward()
             loss_sum += loss.item()
             nll_sum += nll.item()
+        self.scaler.unscale_(self.optimizer)
         if self.config.train.clip_norm:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.config.train.clip_norm))
         else:
             grad_norm = float(torch.nn.utils.get_total_norm([p.grad for p in self.params if p.grad is not None]))
-        if not (math.isfinite(loss_sum) and math.isfinite(grad_norm)):
+        # fp16: an infinite gradient is the loss scaler's business (it skips the step and lowers the scale)
+        finite_grad = math.isfinite(grad_norm) or self.scaler.is_enabled()
+        if not finite_grad or (not self.ranks.distributed and not math.isfinite(loss_sum)):
             self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.update()
             self.skip_nonfinite(loss_sum / tokens, grad_norm)
             return None
         self.state.nonfinite_in_a_row = 0
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)  # skipped (fp16) when a gradient is inf or NaN
+        self.scaler.update()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
-        return loss_sum, nll_sum, tokens
+        return loss_sum, nll_sum, local_tokens
 
     def skip_nonfinite(self, loss: float, grad_norm: float) -> None:
         """Count and log an update skipped for a non-finite loss or gradient norm.
@@ -317,11 +417,13 @@ class Trainer:
         s.nonfinite_in_a_row, s.nonfinite_total = s.nonfinite_in_a_row + 1, s.nonfinite_total + 1
         log.warning("step %d: loss %s, gradient norm %s: update skipped (%d in a row, %d in all)", s.step + 1,
                     loss, grad_norm, s.nonfinite_in_a_row, s.nonfinite_total)
-        self.metrics.write("nonfinite", step=s.step, epoch=s.epoch + 1, loss=loss, grad_norm=grad_norm,
-                           in_a_row=s.nonfinite_in_a_row, total=s.nonfinite_total)
+        if self.ranks.is_main:
+            self.metrics.write("nonfinite", step=s.step, epoch=s.epoch + 1, loss=loss, grad_norm=grad_norm,
+                               in_a_row=s.nonfinite_in_a_row, total=s.nonfinite_total)
         if s.nonfinite_in_a_row >= limit:
             s.nonfinite_in_a_row = 0
-            self.save_checkpoint()
+            if self.ranks.is_main:
+                self.save_checkpoint()
             raise TrainingError(f"{limit} updates in a row with a non-finite loss or gradient norm after step "
                                 f"{s.step}; lower the learning rate (train.lr or train.lr_factor) or set "
                                 f"train.clip_norm, then --resume (the last finite state is in "
@@ -344,10 +446,10 @@ class Trainer:
         self.model.eval()
         loss_sum = nll_sum = 0.0
         tokens = 0
-        with autocast(self.precision):
+        with autocast(self.precision, self.device.type):
             for idx in token_batches(data.lengths(), tc.batch_tokens):
                 batch = make_batch([data.src[i] for i in idx], [data.tgt[i] for i in idx])
-                loss, nll = self.batch_loss(batch)
+                loss, nll = self.batch_loss(batch.to(self.device))
                 loss_sum, nll_sum, tokens = loss_sum + loss.item(), nll_sum + nll.item(), tokens + batch.num_tgt_tokens
             scores = corpus_scores(self._greedy_translations(data), self.data.valid_refs) if tc.valid_bleu else {}
         self.model.train()
@@ -360,14 +462,24 @@ class Trainer:
         order = sorted(range(len(data.src)), key=lambda i: len(data.src[i]))
         for start in range(0, len(order), batch_size):
             chunk = order[start: start + batch_size]
-            batch = make_batch([data.src[i] for i in chunk], [[] for _ in chunk])
+            batch = make_batch([data.src[i] for i in chunk], [[] for _ in chunk]).to(self.device)
             for i, h in zip(chunk, greedy_search(self.model, batch.src, dc.max_len_a, dc.max_len_b)):
                 hyps[i] = self.data.tgt_tok.decode(h.tokens)
         return hyps
 
     def validate(self) -> dict:
         """Evaluate, keep the weights if they are the best so far, keep a step checkpoint for
-        averaging, write the resumable state and log the result."""
+        averaging, write the resumable state and log the result. Rank 0 does all of it; every
+        rank gets its result, the count of validations without improvement and the time it
+        took (so that every rank takes the same stop decisions)."""
+        result = None
+        if self.ranks.is_main:
+            result = self._validate_and_save()
+        result, self.state.bad_validations, self.valid_seconds = distributed.broadcast(
+            (result, self.state.bad_validations, self.valid_seconds), self.device)
+        return result
+
+    def _validate_and_save(self) -> dict:
         t0 = time.monotonic()
         result = self.evaluate()
         self.valid_seconds = time.monotonic() - t0
@@ -423,19 +535,24 @@ class Trainer:
             self.step_ckpts.pop(0).unlink(missing_ok=True)
 
     def save_checkpoint(self) -> None:
-        """Write ``checkpoints/last.pt``: everything an exact resume needs."""
+        """Write ``checkpoints/last.pt``: everything a resume needs (rank 0's random state; the
+        data position counts the batches of all processes, so any world size can resume it)."""
         progress = asdict(self.state)
         progress.update(elapsed_seconds=self.elapsed(), best_key=list(self.state.best_key),
                         log_bytes=self.metrics.size)
-        save_state({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                    "scheduler": self.scheduler.state_dict(), "progress": progress,
-                    "torch_rng": torch.get_rng_state()}, self.run_dir / LAST_STATE)
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(), "progress": progress,
+                 "torch_rng": torch.get_rng_state(), "world_size": self.ranks.world_size}
+        if self.device.type == "cuda":
+            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        save_state(state, self.run_dir / LAST_STATE)
 
     def average_checkpoints(self) -> None:
         """Average the last validation checkpoints; keep the average as ``model.safetensors`` if
         it validates better than the best so far. The model's own weights are left unchanged."""
         backup = {k: v.clone() for k, v in self.model.state_dict().items()}
-        self.model.load_state_dict(average_weights(self.step_ckpts), strict=False)
+        averaged = {k: v.to(self.device) for k, v in average_weights(self.step_ckpts).items()}
+        self.model.load_state_dict(averaged, strict=False)
         result = self.evaluate()
         improved = self._keep_if_best(result, {"step": str(self.state.step), "averaged": str(len(self.step_ckpts))})
         self.metrics.write("average", step=self.state.step, checkpoints=len(self.step_ckpts), **result,
@@ -447,7 +564,8 @@ class Trainer:
     # ---- the loop -----------------------------------------------------------------------------
 
     def stop_reason(self) -> str | None:
-        """Why training must stop after the update just done, or None to go on."""
+        """Why training must stop after the update just done, or None to go on (this process's
+        view; the loop makes the processes agree)."""
         tc, step = self.config.train, self.state.step
         if tc.max_steps and step >= tc.max_steps:
             return f"reached max_steps {tc.max_steps}"
@@ -462,31 +580,52 @@ class Trainer:
                              tok_s=f"{summary['tgt_tokens_per_s']:.0f}", ep=s.epoch + 1, eta=eta)
         self.metrics.write("train", step=s.step, epoch=s.epoch + 1, seconds=round(self.elapsed(), 1),
                            loss=summary["loss"], ppl=summary["ppl"], lr=self._last_lr,
-                           tgt_tokens_per_s=summary["tgt_tokens_per_s"], peak_rss_mib=peak_rss_mib())
+                           tgt_tokens_per_s=summary["tgt_tokens_per_s"], peak_rss_mib=peak_rss_mib(),
+                           processes=self.ranks.world_size)
         if self.bar.disable:
             log.info("step %d epoch %d loss %.3f lr %.2e %.0f tgt tok/s elapsed %.1f min", s.step, s.epoch + 1,
                      summary["loss"], self._last_lr, summary["tgt_tokens_per_s"], self.elapsed() / 60)
         self.window.reset()
 
+    def _next_update(self, batches: list[list[int]]) -> list[Batch] | None:
+        """This process's batches of the next update (distributed.share), on the CPU; None when
+        the rest of the epoch cannot give every process one."""
+        width = self.ranks.world_size * self.config.train.accum_steps
+        group = batches[self.state.batch_in_epoch: self.state.batch_in_epoch + width]
+        if len(group) < self.ranks.world_size:
+            return None
+        corpus = self.data.train
+        return [make_batch([corpus.src[i] for i in idx], [corpus.tgt[i] for i in idx])
+                for idx in distributed.share(group, self.ranks)]
+
     def _run_epoch(self, batches: list[list[int]]) -> str | None:
-        """Updates over the rest of one epoch's batches; returns a stop reason, or None at its end."""
-        tc, s, corpus = self.config.train, self.state, self.data.train
-        while s.batch_in_epoch < len(batches):
-            group = batches[s.batch_in_epoch: s.batch_in_epoch + tc.accum_steps]
-            built = [make_batch([corpus.src[i] for i in idx], [corpus.tgt[i] for i in idx]) for idx in group]
+        """Updates over the rest of one epoch's batches; returns a stop reason, or None at its end.
+
+        Two small all-reduces per update keep the processes in step: before it, the update's
+        target tokens and the stop-signal flags; after it, the summed loss and NLL and the
+        stop flags (any process's stop reason stops all)."""
+        tc, s, device = self.config.train, self.state, self.device
+        while (built := self._next_update(batches)) is not None:
+            local = sum(b.num_tgt_tokens for b in built)
+            tokens, signalled = distributed.all_reduce_sum([local, self.signals.received is not None], device)
+            if signalled:
+                self.interrupted_by = self.signals.received or "SIGTERM"
+                return f"interrupted by {self.interrupted_by}"
             t0 = time.monotonic()
             self._last_lr = self.scheduler.get_last_lr()[0]  # the rate of this update
-            done = self.train_step(built)
-            s.batch_in_epoch += len(group)
-            if done is None:  # a non-finite update, skipped
+            done = self.train_step([b.to(device) for b in built], int(tokens))
+            s.batch_in_epoch += min(self.ranks.world_size * tc.accum_steps, len(batches) - s.batch_in_epoch)
+            if done is None:  # a non-finite update, skipped (on every process)
                 continue
-            loss, nll, tokens = done
-            self.run_tokens, self.run_seconds = self.run_tokens + tokens, self.run_seconds + time.monotonic() - t0
-            self.window.add(tokens, loss, nll)
-            self.bar.update(1)
-            if s.step % tc.log_every == 0:
-                self._log_window()
+            loss, nll, _ = done
             reason = self.stop_reason()
+            loss, nll, stops = distributed.all_reduce_sum([loss, nll, reason is not None], device)
+            reason = reason or ("another process stopped" if stops else None)
+            self.run_tokens, self.run_seconds = self.run_tokens + int(tokens), self.run_seconds + time.monotonic() - t0
+            self.window.add(int(tokens), loss, nll)
+            self.bar.update(1)
+            if s.step % tc.log_every == 0 and self.ranks.is_main:
+                self._log_window()
             if s.step % tc.valid_every == 0 and reason is None:
                 self.validate()
                 self.window.start = time.monotonic()
@@ -509,12 +648,13 @@ class Trainer:
 
     def run(self) -> TrainResult:
         """Train until a stop condition, validate a last time, average checkpoints if configured.
+        A stop signal instead ends with a resumable checkpoint and no final validation.
 
         A resumed run that had stopped and whose stop condition still holds skips training (and
         the final validation, which it did); a finished one does nothing more.
 
         Returns:
-            The run's :class:`TrainResult`.
+            The run's :class:`TrainResult` (on every process).
         """
         tc, s = self.config.train, self.state
         if s.stop_reason is not None and self.due_stop() is None:  # resumed with a larger budget
@@ -524,10 +664,41 @@ class Trainer:
                      s.step)
             return self._result()
         if s.stop_reason is None:
-            self.model.train()
-            self.bar = tqdm(total=tc.max_steps, initial=s.step, disable=None if self.progress_bar else True,
-                            unit="upd", dynamic_ncols=True, desc="train")
-            reason = self.due_stop() if s.step else None
+            reason = self._train_until_stop()
+            if self.interrupted_by:  # a stop signal: a resumable checkpoint, no final validation
+                result = self._result(reason)
+                if self.ranks.is_main:
+                    self.save_checkpoint()  # before the record, which a resume then cuts off
+                    self.metrics.write("interrupted", **asdict(result), processes=self.ranks.world_size)
+                    log.warning("resumable checkpoint saved at step %d; continue with --resume", s.step)
+                distributed.barrier()
+                return result
+            s.stop_reason = reason
+            self.validate()  # its saved state records the stop: a resume goes on from here
+        else:
+            log.info("resuming after the final validation (stopped: %s)", s.stop_reason)
+        if (self.ranks.is_main and tc.average_last > 1 and len(self.step_ckpts) > 1
+                and self.data.valid is not None):
+            self.average_checkpoints()
+        result = self._result(s.stop_reason)
+        s.finished = True
+        if self.ranks.is_main:
+            self.metrics.write("done", **asdict(result), precision=self.precision, processes=self.ranks.world_size,
+                               last_valid_bleu=s.last_valid_bleu)
+            self.save_checkpoint()
+            log.info("done: %d updates, %.1f epochs, %.1f minutes, best valid BLEU %s, %.0f tgt tok/s", s.step,
+                     result.epochs_done, result.minutes, _fmt(s.best_bleu), result.tgt_tokens_per_second)
+        distributed.barrier()
+        return result
+
+    def _train_until_stop(self) -> str:
+        """Epochs of updates until a stop condition or a stop signal; returns the reason."""
+        tc, s = self.config.train, self.state
+        self.model.train()
+        self.bar = tqdm(total=tc.max_steps, initial=s.step, disable=None if self.progress_bar and self.ranks.is_main
+                        else True, unit="upd", dynamic_ncols=True, desc="train")
+        reason = self.due_stop() if s.step else None
+        with self.signals:
             while reason is None:
                 batches = token_batches(self.data.train.lengths(), tc.batch_tokens, seed=tc.seed, epoch=s.epoch)
                 reason = self._run_epoch(batches)
@@ -537,33 +708,25 @@ class Trainer:
                         reason = f"reached max_epochs {tc.max_epochs}"
             self.bar.close()
             log.info("stopping: %s", reason)
-            s.stop_reason = reason
-            self.validate()  # its saved state records the stop: a resume goes on from here
-        else:
-            log.info("resuming after the final validation (stopped: %s)", s.stop_reason)
-        if tc.average_last > 1 and len(self.step_ckpts) > 1 and self.data.valid is not None:
-            self.average_checkpoints()
-        result = self._result()
-        self.metrics.write("done", **asdict(result), precision=self.precision, stop_reason=s.stop_reason,
-                           last_valid_bleu=s.last_valid_bleu)
-        s.finished = True
-        self.save_checkpoint()
-        log.info("done: %d updates, %.1f epochs, %.1f minutes, best valid BLEU %s, %.0f tgt tok/s", s.step,
-                 result.epochs_done, result.minutes, _fmt(s.best_bleu), result.tgt_tokens_per_second)
-        return result
+        return reason
 
-    def _result(self) -> TrainResult:
+    def _result(self, reason: str | None = None) -> TrainResult:
         tc, s = self.config.train, self.state
         per_epoch = len(token_batches(self.data.train.lengths(), tc.batch_tokens, seed=tc.seed, epoch=s.epoch))
         return TrainResult(steps=s.step, epochs_done=s.epoch + s.batch_in_epoch / max(per_epoch, 1),
                            minutes=self.elapsed() / 60, best_valid_bleu=s.best_bleu, best_valid_ppl=s.best_ppl,
-                           tgt_tokens_per_second=self.run_tokens / max(self.run_seconds, 1e-9))
+                           tgt_tokens_per_second=self.run_tokens / max(self.run_seconds, 1e-9),
+                           stop_reason=reason or "", interrupted_by=self.interrupted_by)
 
 
 def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: str | None = None,
           progress: bool = True) -> TrainResult:
-    """``Trainer(config, run_dir, resume, data_dir, progress).run()``: see :class:`Trainer`."""
-    return Trainer(config, run_dir, resume, data_dir, progress).run()
+    """``Trainer(config, run_dir, resume, data_dir, progress).run()`` (see :class:`Trainer`),
+    then leave the process group, if torchrun started this process."""
+    try:
+        return Trainer(config, run_dir, resume, data_dir, progress).run()
+    finally:
+        distributed.shutdown()
 
 
 def _fmt(x: float | None) -> str:

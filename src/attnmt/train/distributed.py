@@ -1,0 +1,197 @@
+"""Data-parallel training over several processes: torchrun's environment, the process group,
+each rank's share of an update, the few collectives the trainer needs, and a clean stop on
+SIGINT/SIGTERM.
+
+torchrun (``python -m torch.distributed.run``) starts one process per GPU or CPU slot and sets
+``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` (and the rendezvous address) in each one's
+environment; :func:`from_env` reads them (a plain ``attnmt train`` is rank 0 of 1). The
+process group is gloo on CPUs and NCCL on CUDA GPUs. The model is wrapped in
+``torch.nn.parallel.DistributedDataParallel``, which averages the gradients over the ranks
+during the backward pass.
+
+One update takes the next ``world_size x accum_steps`` token batches of the epoch's batch
+order (the same order on every rank: it depends on the seed and the epoch only); rank r takes
+every ``world_size``-th of them from the r-th on (:func:`share`), so the ranks' shares are
+disjoint and together are what one process with ``accum_steps x world_size`` accumulation
+steps would take. The trainer divides the summed loss by the target tokens of the whole update
+(all ranks, :func:`all_reduce_sum`) and multiplies it by ``world_size`` to undo DDP's averaging,
+so N processes x B tokens, one process x N*B tokens and one process x B tokens x N steps give
+the same update, up to the order of floating-point sums.
+
+The data position in a checkpoint is global (batches of the epoch consumed), so a run saved
+under N processes resumes under M. What cannot be exact across world sizes: the dropout masks
+(each rank draws its own; rank 0 continues the saved random stream, the others are reseeded
+from the seed, the rank and the step: :func:`rank_seed`); the last batches of an epoch, too
+few to give every rank one (fewer than ``world_size``), are skipped, so which are skipped
+depends on the world size; and the rounding of the gradient sums.
+
+A stop signal (SIGINT, SIGTERM; torchrun forwards both to its workers as SIGTERM) only sets a
+flag (:class:`StopSignals`); the ranks add their flags up at the start of every update, so all
+of them stop at the same update boundary, rank 0 writes a resumable checkpoint, and every
+process exits. A second SIGINT in the same process raises ``KeyboardInterrupt`` at once.
+torchrun kills workers that have not exited 30 seconds after it forwarded a signal; a signal
+during a long validation (which rank 0 runs while the others wait) can hit that limit, and the
+checkpoint of the previous validation is then the one to resume from (files are written
+atomically, so none is torn).
+
+Library: torch.distributed, torch.nn.parallel.DistributedDataParallel, signal.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import signal
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# How long a collective waits for the other ranks: long enough for rank 0's validation (with
+# greedy BLEU), which the others wait for (PyTorch's default for NCCL is 10 minutes).
+GROUP_TIMEOUT = datetime.timedelta(minutes=60)
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place in the job: ``rank`` of ``world_size`` processes, ``local_rank``
+    among those on its machine."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one process that writes logs, checkpoints and the model directory."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def from_env(environ: dict[str, str] | None = None) -> Ranks:
+    """The :class:`Ranks` that torchrun's ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` variables give
+    (rank 0 of 1 without them).
+
+    Raises:
+        ValueError: a rank outside ``[0, WORLD_SIZE)``.
+    """
+    env = os.environ if environ is None else environ
+    ranks = Ranks(int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0)))
+    if not 0 <= ranks.rank < ranks.world_size:
+        raise ValueError(f"RANK {ranks.rank} outside WORLD_SIZE {ranks.world_size}")
+    return ranks
+
+
+def backend_for(device: torch.device) -> str:
+    """The process-group backend: NCCL for CUDA tensors, gloo for CPU ones."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def init(ranks: Ranks, device: torch.device) -> None:
+    """Join the process group (rendezvous at torchrun's ``MASTER_ADDR:MASTER_PORT``) unless this
+    is a single process or the group exists already."""
+    if ranks.distributed and not dist.is_initialized():
+        dist.init_process_group(backend_for(device), rank=ranks.rank, world_size=ranks.world_size,
+                                timeout=GROUP_TIMEOUT, device_id=device if device.type == "cuda" else None)
+        log.info("rank %d of %d joined the %s process group", ranks.rank, ranks.world_size, backend_for(device))
+
+
+def shutdown() -> None:
+    """Leave the process group, if this process joined one."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def wrap(module: torch.nn.Module, ranks: Ranks, device: torch.device) -> torch.nn.Module:
+    """``module`` itself for one process, else wrapped in ``DistributedDataParallel`` (which
+    copies rank 0's parameters and buffers to every rank at construction)."""
+    if not ranks.distributed:
+        return module
+    device_ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(module, device_ids=device_ids)
+
+
+def share(group: list[T], ranks: Ranks) -> list[T]:
+    """Rank ``r``'s part of one update's ``group`` of batches: ``group[r::world_size]`` (module
+    docstring). Empty when the group has fewer than ``world_size`` batches."""
+    return group[ranks.rank:: ranks.world_size]
+
+
+def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
+    """Element-wise sums of ``values`` over all ranks (float64); ``values`` for one process.
+
+    ``device`` is where the collective's tensor lives: the training device (NCCL needs a CUDA
+    tensor; gloo takes CPU ones).
+    """
+    if not dist.is_initialized():
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+def broadcast(obj: T, device: torch.device) -> T:
+    """Rank 0's ``obj`` on every rank (pickled; for small objects and, once, the resumed
+    state); ``obj`` itself for one process."""
+    if not dist.is_initialized():
+        return obj
+    box: list[Any] = [obj]
+    dist.broadcast_object_list(box, src=0, device=device if device.type == "cuda" else None)
+    return box[0]
+
+
+def barrier() -> None:
+    """Wait until every rank gets here (nothing for one process)."""
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def rank_seed(seed: int, rank: int, step: int) -> int:
+    """The random seed of rank ``rank > 0`` when a run starts or resumes at update ``step``:
+    distinct per rank, so that the ranks draw different dropout masks."""
+    return (seed * 1_000_003 + rank) * 1_000_033 + step
+
+
+class StopSignals:
+    """Catch SIGINT and SIGTERM while training: the first sets :attr:`received` (the signal's
+    name) for the trainer to act on at the next update boundary; a second SIGINT raises
+    ``KeyboardInterrupt``. Use as a context manager; the previous handlers come back at exit.
+    Outside the main thread (where Python allows no handlers) it does nothing."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if self.received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        if self.received is None:
+            log.warning("%s received: stopping at the end of this update with a resumable checkpoint", name)
+        self.received = self.received or name
+
+    def __enter__(self) -> "StopSignals":
+        try:
+            for s in self.SIGNALS:
+                self._previous[s] = signal.signal(s, self._handle)
+        except ValueError:  # not the main thread
+            self._previous.clear()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous.clear()
