@@ -30,20 +30,22 @@ from tqdm import tqdm
 
 from attnmt import rundir
 from attnmt.config import Config
-from attnmt.data.batching import Batch, make_batch, token_batches
+from attnmt.data.batching import Batch, make_batch, sentence_batches, token_batches
 from attnmt.data.corpus import EncodedCorpus, dataset_pair_files, encode_corpus, read_parallel
-from attnmt.data.tokenizers import PAD_ID, Tokenizer
+from attnmt.data.tokenizers import EOS_ID, PAD_ID, Tokenizer, WordTokenizer
+from attnmt.data.vectors import read_vec, vec_words
 from attnmt.errors import CheckpointError, ConfigError
 from attnmt.evaluate import corpus_scores
 from attnmt.memory import peak_rss_mib
-from attnmt.model.transformer import Transformer, count_parameters
+from attnmt.model.transformer import Transformer, count_parameters, load_pretrained_embeddings
 from attnmt.precision import autocast, effective_precision
 from attnmt.search.greedy import greedy_search
-from attnmt.train.checkpoint import (LAST_STATE, STEP_WEIGHTS, average_weights, load_state, save_state,
-                                     step_checkpoints)
-from attnmt.train.losses import chunked_label_smoothed_cross_entropy, label_smoothed_cross_entropy
+from attnmt.train.checkpoint import (EPOCH_WEIGHTS, LAST_STATE, STEP_WEIGHTS, average_weights, load_state,
+                                     save_state, step_checkpoints)
+from attnmt.train.losses import (chunked_label_smoothed_cross_entropy, label_smoothed_cross_entropy,
+                                 per_sentence_label_smoothed_cross_entropy)
 from attnmt.train.metrics import MetricsLog, Window
-from attnmt.train.schedules import learning_rate
+from attnmt.train.schedules import expected_updates, learning_rate
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,7 @@ class Progress:
     best_ppl: float = float("inf")
     best_key: tuple[float, float] = (-float("inf"), -float("inf"))  # (BLEU, -perplexity)
     bad_validations: int = 0  # validations since the last improvement
+    expected_steps: float = float("inf")  # updates the time budget is expected to hold (schedule time_budget)
 
 
 @dataclass
@@ -130,8 +133,24 @@ def prepare_corpus(config: Config, run_dir: Path, resume: bool, data_dir: str | 
     return data
 
 
+def _train_word_tokenizers(config: Config, src_lines: list[str], tgt_lines: list[str]
+                           ) -> tuple[WordTokenizer, WordTokenizer]:
+    """Word vocabularies of each side (tokenizer.kind word); with ``require_vectors`` only words
+    that have a vector in ``model.src_vectors`` / ``model.tgt_vectors``."""
+    tc, mc = config.tokenizer, config.model
+    options = dict(lowercase=tc.lowercase, min_freq=tc.min_freq, max_vocab=tc.max_vocab, token_filter=tc.token_filter)
+    src_lang, tgt_lang = config.languages()
+    src_allowed = vec_words(mc.src_vectors) if tc.require_vectors else None
+    tgt_allowed = vec_words(mc.tgt_vectors) if tc.require_vectors else None
+    log.info("building word vocabularies (%s, %s) with spaCy's rule-based tokenizer", src_lang, tgt_lang)
+    return (WordTokenizer.train(src_lines, src_lang, allowed=src_allowed, **options),
+            WordTokenizer.train(tgt_lines, tgt_lang, allowed=tgt_allowed, **options))
+
+
 def _train_tokenizers(config: Config, src_lines: list[str], tgt_lines: list[str]) -> tuple[Tokenizer, Tokenizer]:
     tc = config.tokenizer
+    if tc.kind == "word":
+        return _train_word_tokenizers(config, src_lines, tgt_lines)
     options = dict(vocab_size=tc.vocab_size, model_type=tc.model_type, character_coverage=tc.character_coverage,
                    max_sentences=tc.max_sentences, seed=config.train.seed)
     if tc.joint:
@@ -170,6 +189,8 @@ class Trainer:
         self.data = prepare_corpus(config, self.run_dir, resume, data_dir)
         rundir.write_config(config, self.run_dir)
         self.model = Transformer(config.model, len(self.data.src_tok), len(self.data.tgt_tok), pad_id=PAD_ID)
+        if state is None:
+            self._load_vectors()
         log.info("model: %d parameters; vocabulary %d/%d", count_parameters(self.model), len(self.data.src_tok),
                  len(self.data.tgt_tok))
         self.params = list({id(p): p for p in self.model.parameters()}.values())  # tied tensors once
@@ -178,10 +199,15 @@ class Trainer:
         # PyTorch's one-kernel Adam update (same update rule).
         self.optimizer = torch.optim.Adam(self.params, lr=1.0, betas=tc.adam_betas, eps=tc.adam_eps,
                                           weight_decay=tc.weight_decay, fused=True)
+        if tc.optimizer == "sgd":
+            self.optimizer = torch.optim.SGD(self.params, lr=1.0, momentum=tc.momentum, nesterov=tc.nesterov,
+                                             weight_decay=tc.weight_decay)
+        self.state = Progress()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda i: learning_rate(
             tc.schedule, i + 1, d_model=config.model.d_model, lr=tc.lr, lr_factor=tc.lr_factor,
-            warmup_steps=tc.warmup_steps))
-        self.state = Progress()
+            warmup_steps=tc.warmup_steps, first_decay_steps=tc.first_decay_steps, t_mul=tc.t_mul, m_mul=tc.m_mul,
+            alpha=tc.alpha, expected_steps=self.state.expected_steps, warmup_fraction=tc.warmup_fraction,
+            budget_decay=tc.budget_decay))
         if state is not None:
             self._restore(state)
         self.metrics = MetricsLog(self.run_dir / "train_log.jsonl")
@@ -191,6 +217,26 @@ class Trainer:
         self.run_tokens, self.run_seconds = 0, 0.0  # target tokens and update time of this process
         self.bar: tqdm | None = None  # the progress bar, while run() runs
         self._last_lr = 0.0  # the learning rate of the latest update
+        self.epoch_window = Window()  # loss and time of the epoch in progress
+        self.last_valid: dict = {}  # the latest validation's result
+        self.setup_seconds = 0.0  # wall clock before the first update of this process
+        self._objective = torch.zeros(())  # per-sentence objective of the last batch (loss_normalization)
+
+    def _load_vectors(self) -> None:
+        """Copy the pretrained vectors of ``model.src_vectors`` / ``model.tgt_vectors`` into the
+        embeddings (word vocabularies only); other rows keep their initialisation."""
+        mc = self.config.model
+        for path, tok, emb in ((mc.src_vectors, self.data.src_tok, self.model.encoder.embedding),
+                               (mc.tgt_vectors, self.data.tgt_tok, self.model.decoder.embedding)):
+            if path is None:
+                continue
+            if not isinstance(tok, WordTokenizer):
+                raise ConfigError("model.src_vectors/tgt_vectors need tokenizer.kind word")
+            try:
+                filled = load_pretrained_embeddings(emb, tok.words, read_vec(path, set(tok.words)), EOS_ID + 1)
+            except ValueError as e:
+                raise ConfigError(f"{path}: {e}") from None
+            log.info("%s: pretrained vectors for %d of %d words", path, filled, len(tok.words))
 
     def _check_run_dir(self, resume: bool) -> dict | None:
         """The state to resume from (None for a new run); refuses to overwrite a run."""
@@ -228,6 +274,12 @@ class Trainer:
     def batch_loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed label-smoothed loss and summed NLL of one teacher-forced batch (float32 scalars)."""
         eps, target = self.config.train.label_smoothing, batch.tgt_out.flatten()  # (B*T,)
+        if self.config.train.loss_normalization == "sentences" and torch.is_grad_enabled():
+            # The objective is the sum of per-sentence means; loss and NLL sums are for reporting.
+            objective, loss_sum, nll = per_sentence_label_smoothed_cross_entropy(
+                self.model(batch.src, batch.tgt_in), batch.tgt_out, eps, PAD_ID)
+            self._objective = objective
+            return loss_sum, nll
         if not CHUNKED_LOSS:
             logits = self.model(batch.src, batch.tgt_in)  # (B, T, V)
             return label_smoothed_cross_entropy(logits.flatten(0, 1), target, eps, PAD_ID)
@@ -243,19 +295,24 @@ class Trainer:
         target tokens and divided by the total, the gradient norm clipped to ``clip_norm``, then
         Adam and the schedule step. Returns (summed loss, summed NLL, target tokens)."""
         tokens = sum(b.num_tgt_tokens for b in batches)
+        per_sentence = self.config.train.loss_normalization == "sentences"
+        sentences = sum(b.tgt_out.size(0) for b in batches)
         loss_sum = nll_sum = 0.0
         for b in batches:
             with autocast(self.precision):
                 loss, nll = self.batch_loss(b)
-            (loss / tokens).backward()
+            (self._objective / sentences if per_sentence else loss / tokens).backward()
             loss_sum += loss.item()
             nll_sum += nll.item()
         if self.config.train.clip_norm:
             torch.nn.utils.clip_grad_norm_(self.params, self.config.train.clip_norm)
         self.optimizer.step()
+        self.state.step += 1
+        if self.config.train.schedule == "time_budget":  # refit to the update rate measured so far
+            self.state.expected_steps = expected_updates(self.state.step, self.elapsed() - self.setup_seconds,
+                                                         self.config.train.max_minutes * 60 - self.setup_seconds)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.state.step += 1
         return loss_sum, nll_sum, tokens
 
     # ---- validation and checkpoints -----------------------------------------------------------
@@ -302,6 +359,7 @@ class Trainer:
         t0 = time.monotonic()
         result = self.evaluate()
         self.valid_seconds = time.monotonic() - t0
+        self.last_valid = result
         s, step = self.state, self.state.step
         improved = self._keep_if_best(result, {"step": str(step)})
         s.bad_validations = 0 if improved else s.bad_validations + 1
@@ -361,6 +419,32 @@ class Trainer:
 
     # ---- the loop -----------------------------------------------------------------------------
 
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        """The training batches of ``epoch`` (example indices): by ``batch_sentences`` when set,
+        else by ``batch_tokens``."""
+        tc, lengths = self.config.train, self.data.train.lengths()
+        if tc.batch_sentences:
+            return sentence_batches(lengths, tc.batch_sentences, seed=tc.seed, epoch=epoch)
+        return token_batches(lengths, tc.batch_tokens, seed=tc.seed, epoch=epoch)
+
+    def end_epoch(self) -> None:
+        """After a full epoch: with ``validate_every_epoch``, validate and log an 'epoch' record
+        (train loss and perplexity over the epoch, valid loss and perplexity, the epoch's
+        seconds); with ``epoch_checkpoints``, keep the weights as checkpoints/epoch_N.safetensors."""
+        tc, s = self.config.train, self.state
+        train = self.epoch_window.summary()
+        seconds = time.monotonic() - self.epoch_window.start
+        if tc.epoch_checkpoints:
+            rundir.save_weights(self.model, self.run_dir / EPOCH_WEIGHTS.format(epoch=s.epoch + 1),
+                                {"step": str(s.step), "epoch": str(s.epoch + 1)})
+        if not tc.validate_every_epoch:
+            return
+        valid = self.validate() if s.step % tc.valid_every else self.last_valid
+        self.metrics.write("epoch", epoch=s.epoch + 1, step=s.step, train_loss=train["loss"], train_ppl=train["ppl"],
+                           valid_loss=valid["valid_loss"], valid_ppl=valid["valid_ppl"], epoch_seconds=round(seconds, 1))
+        log.info("epoch %d: train loss %.3f ppl %.2f | valid loss %.3f ppl %.2f | %.1f s", s.epoch + 1, train["loss"],
+                 train["ppl"], valid["valid_loss"] or 0, valid["valid_ppl"] or 0, seconds)
+
     def stop_reason(self) -> str | None:
         """Why training must stop after the update just done, or None to go on."""
         tc, step = self.config.train, self.state.step
@@ -395,6 +479,7 @@ class Trainer:
             s.batch_in_epoch += len(group)
             self.run_tokens, self.run_seconds = self.run_tokens + tokens, self.run_seconds + time.monotonic() - t0
             self.window.add(tokens, loss, nll)
+            self.epoch_window.add(tokens, loss, nll)
             self.bar.update(1)
             if s.step % tc.log_every == 0:
                 self._log_window()
@@ -416,13 +501,16 @@ class Trainer:
         """
         tc, s = self.config.train, self.state
         self.model.train()
+        self.setup_seconds = self.elapsed()
         self.bar = tqdm(total=tc.max_steps, initial=s.step, disable=None if self.progress_bar else True,
                         unit="upd", dynamic_ncols=True, desc="train")
         reason = None
         while reason is None:
-            batches = token_batches(self.data.train.lengths(), tc.batch_tokens, seed=tc.seed, epoch=s.epoch)
+            batches = self.epoch_batches(s.epoch)
+            self.epoch_window = Window()
             reason = self._run_epoch(batches)
             if reason is None:
+                self.end_epoch()
                 s.epoch, s.batch_in_epoch = s.epoch + 1, 0
                 if tc.max_epochs and s.epoch >= tc.max_epochs:
                     reason = f"reached max_epochs {tc.max_epochs}"
