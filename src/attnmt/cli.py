@@ -1,4 +1,5 @@
-"""The ``attnmt`` command line: train, translate, evaluate, score, plot-attention, plot-training.
+"""The ``attnmt`` command line: train, train-vectors, translate, evaluate, score, plot-attention,
+plot-training.
 
 User mistakes (bad configuration, missing or malformed files) print one line to stderr,
 ``attnmt: error: ...``, and exit with status 2; no traceback.
@@ -49,6 +50,29 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.set)
     result = train(config, args.output, resume=args.resume, data_dir=args.data_dir)
     print(json.dumps(result.__dict__, indent=None))
+    return 0
+
+
+def cmd_train_vectors(args: argparse.Namespace) -> int:
+    from attnmt.config import load_config
+    from attnmt.data.corpus import read_parallel
+    from attnmt.data.tokenizers import WordTokenizer
+    from attnmt.data.vectors import train_fasttext, write_vec
+    from attnmt.rundir import atomic_write
+    from attnmt.train.trainer import corpus_files
+
+    config = load_config(args.config, args.set)
+    lines = read_parallel(*corpus_files(config, "train", args.data_dir))[0 if args.side == "src" else 1]
+    tc = config.tokenizer
+    lang = config.languages()[0 if args.side == "src" else 1]
+    if lang is None:
+        raise AttnmtError("no language for the tokenizer: set data.pair or tokenizer.src_lang/tgt_lang")
+    sentences = WordTokenizer([], lang, tc.lowercase, tc.token_filter).tokenize(lines)
+    dim = args.dim or config.model.d_model
+    log.info("training %d-dimensional fastText vectors on %d %s sentences", dim, len(sentences), lang)
+    vectors = train_fasttext(sentences, dim=dim, epochs=args.epochs, min_count=args.min_count, seed=config.train.seed)
+    atomic_write(args.output, lambda tmp: write_vec(tmp, vectors))
+    log.info("wrote %d vectors to %s", len(vectors), args.output)
     return 0
 
 
@@ -225,6 +249,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the run in --output from its last checkpoint")
     p.add_argument("--data-dir", help="local dataset directory (holding multi30k/); default $ATTNMT_DATA")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("train-vectors", help="train fastText word vectors (.vec) on a configuration's training "
+                       "side, tokenized as its word-level tokenizer does (gensim)")
+    p.add_argument("config", help="YAML configuration (its data and tokenizer sections are used)")
+    p.add_argument("--side", choices=["src", "tgt"], required=True, help="which side of the training corpus")
+    p.add_argument("--output", required=True, help=".vec file to write")
+    p.add_argument("--dim", type=int, help="vector size (default: the configuration's model.d_model)")
+    p.add_argument("--epochs", type=int, default=5, help="training epochs over the corpus (default 5)")
+    p.add_argument("--min-count", type=int, default=1, help="ignore words seen fewer times (default 1)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a configuration value")
+    p.add_argument("--data-dir", help="local dataset directory (holding multi30k/); default $ATTNMT_DATA")
+    p.set_defaults(func=cmd_train_vectors)
 
     p = sub.add_parser("translate", help="translate raw text, one sentence a line")
     _add_decode_options(p)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from attnmt.errors import DataError
+from attnmt.errors import ConfigError, DataError
 
 
 def read_vec(path: str | Path, words: set[str] | None = None) -> dict[str, torch.Tensor]:
@@ -77,10 +77,12 @@ def train_fasttext(sentences: list[list[str]], dim: int = 300, epochs: int = 5, 
     with gensim; returns word -> vector for the words seen ``min_count`` times.
 
     Raises:
-        ImportError: gensim is not installed (``pip install 'attnmt[vectors]'``).
+        ConfigError: gensim is not installed (``pip install 'attnmt[vectors]'``).
     """
-    from gensim.models import FastText
-
+    try:
+        from gensim.models import FastText
+    except ImportError:
+        raise ConfigError("training vectors needs gensim: pip install 'attnmt[vectors]'") from None
     model = FastText(vector_size=dim, window=5, min_count=min_count, sg=1, seed=seed, workers=threads)
     model.build_vocab(corpus_iterable=sentences)
     model.train(corpus_iterable=sentences, total_examples=len(sentences), epochs=epochs)
