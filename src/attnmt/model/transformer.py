@@ -186,6 +186,9 @@ class Transformer(nn.Module):
             if p.dim() == 2 and (cfg.init == "xavier_uniform" or (
                     "embedding" not in name and "output_projection" not in name)):
                 nn.init.xavier_uniform_(p)
+        with torch.no_grad():  # the padding rows stay zero
+            src_embedding.weight[pad_id].zero_()
+            tgt_embedding.weight[pad_id].zero_()
         if cfg.freeze_embeddings:
             src_embedding.weight.requires_grad_(False)
             tgt_embedding.weight.requires_grad_(False)
