@@ -185,7 +185,7 @@ def _raw(tmp_path, **train):
                   "schedule": "cosine_restarts", "lr": 0.05, "first_decay_steps": 3, "t_mul": 0.9,
                   "alpha": 0.1, "loss_normalization": "sentences", "label_smoothing": 0.0, "max_epochs": 2,
                   "validate_every_epoch": True, "epoch_checkpoints": True, "valid_every": 1000,
-                  "valid_bleu": False, "log_every": 2, "seed": 2, **train},
+                  "valid_bleu": False, "log_every": 2, "seed": 2, "num_threads": 1, **train},
         "decode": {"beam_size": 2},
     }
 
