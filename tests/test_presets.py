@@ -71,7 +71,7 @@ def _smoke(multi30k_dir, tmp_path, preset, extra=()):
     run_dir = tmp_path / "run"
     sets = ["data.dataset=null", "data.pair=null", "tokenizer.src_lang=de", "tokenizer.tgt_lang=en",
             "train.max_steps=3", "train.log_every=1", "train.max_minutes=null", "train.valid_bleu=false",
-            "train.num_threads=1", *extra,
+            "train.num_threads=1", "train.batch_sentences=16", *extra,
             *(f"data.{key}={path}" for key, path in files.items())]
     _cli("train", str(REPO / "configs" / preset), "--output", str(run_dir), *(x for s in sets for x in ("--set", s)))
     return run_dir
