@@ -10,11 +10,14 @@ weights as ``model.safetensors`` and writes the resumable state (:meth:`save_che
 stops (:meth:`stop_reason`) after ``max_steps``, ``max_epochs`` or ``max_minutes`` (wall clock,
 leaving time for the final validation), or after ``stop_patience`` validations without
 improvement; then it validates a last time and may average the last validation checkpoints.
+Options of other published setups: batches by sentence count, SGD with Nesterov momentum,
+per-sentence loss normalisation, a validation report and a checkpoint after every epoch,
+word-level vocabularies and pretrained embeddings read from ``.vec`` files.
 Metrics go to ``train_log.jsonl`` (``attnmt.train.metrics``).
 
 "Best" means higher validation BLEU, then lower perplexity.
 
-Library: torch.optim (Adam, LambdaLR), tqdm.
+Library: torch.optim (Adam, SGD, LambdaLR), tqdm.
 """
 
 from __future__ import annotations
@@ -292,8 +295,10 @@ class Trainer:
 
     def train_step(self, batches: list[Batch]) -> tuple[float, float, int]:
         """One update from ``batches`` (gradients accumulated): the loss is summed over their
-        target tokens and divided by the total, the gradient norm clipped to ``clip_norm``, then
-        Adam and the schedule step. Returns (summed loss, summed NLL, target tokens)."""
+        target tokens and divided by the total (``loss_normalization: sentences``: each
+        sentence's mean loss, averaged over the sentences), the gradient norm clipped to
+        ``clip_norm``, then the optimizer and the schedule step (``time_budget`` first refits the
+        expected number of updates). Returns (summed loss, summed NLL, target tokens)."""
         tokens = sum(b.num_tgt_tokens for b in batches)
         per_sentence = self.config.train.loss_normalization == "sentences"
         sentences = sum(b.tgt_out.size(0) for b in batches)
