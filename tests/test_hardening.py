@@ -168,7 +168,7 @@ def test_cli_user_mistakes_are_one_line(tiny_run, broken_models, tmp_path, capsy
     ]
     for name, needles in (("truncated", ["model.safetensors", "truncated"]), ("empty", ["model.safetensors"]),
                           ("no_weights", ["model.safetensors"]), ("bad_yaml", ["config.yaml:3", "YAML syntax"]),
-                          ("no_spm", ["SentencePiece"]), ("bad_spm", ["spm.model"]),
+                          ("no_spm", ["no tokenizer", "spm.model"]), ("bad_spm", ["spm.model"]),
                           ("other_size", ["model.safetensors", "do not fit"])):
         cases.append((["translate", "--model", str(broken_models[name]), *inp], needles))
     for args, needles in cases:
@@ -291,10 +291,10 @@ def test_resuming_a_finished_run_does_nothing(tiny_run, tmp_path, caplog):
 def _kill_at_step(step):
     original = Trainer.train_step
 
-    def train_step(self, batches, tokens=None):
+    def train_step(self, batches, *args):
         if self.state.step == step:
             raise Killed
-        return original(self, batches, tokens)
+        return original(self, batches, *args)
     return "train_step", train_step
 
 

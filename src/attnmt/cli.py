@@ -1,4 +1,5 @@
-"""The ``attnmt`` command line: train, translate, evaluate, score, plot-attention, plot-training, serve.
+"""The ``attnmt`` command line: train, train-vectors, translate, evaluate, score, plot-attention,
+plot-training, serve.
 
 User mistakes (bad options, bad configuration, missing, malformed or unwritable files, a full
 disk) print one line to stderr, ``attnmt: error: ...``, and exit with status 2; no traceback
@@ -134,6 +135,29 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(_json_line(result.__dict__))
     if result.interrupted_by:  # a stop signal: the conventional exit status 128 + its number
         return 128 + signal.Signals[result.interrupted_by].value
+    return 0
+
+
+def cmd_train_vectors(args: argparse.Namespace) -> int:
+    from attnmt.config import load_config
+    from attnmt.data.corpus import read_parallel
+    from attnmt.data.tokenizers import WordTokenizer
+    from attnmt.data.vectors import train_fasttext, write_vec
+    from attnmt.rundir import atomic_write
+    from attnmt.train.trainer import corpus_files
+
+    config = load_config(args.config, args.set)
+    lines = read_parallel(*corpus_files(config, "train", args.data_dir))[0 if args.side == "src" else 1]
+    tc = config.tokenizer
+    lang = config.languages()[0 if args.side == "src" else 1]
+    if lang is None:
+        raise AttnmtError("no language for the tokenizer: set data.pair or tokenizer.src_lang/tgt_lang")
+    sentences = WordTokenizer([], lang, tc.lowercase, tc.token_filter).tokenize(lines)
+    dim = args.dim or config.model.d_model
+    log.info("training %d-dimensional fastText vectors on %d %s sentences", dim, len(sentences), lang)
+    vectors = train_fasttext(sentences, dim=dim, epochs=args.epochs, min_count=args.min_count, seed=config.train.seed)
+    atomic_write(args.output, lambda tmp: write_vec(tmp, vectors))
+    log.info("wrote %d vectors to %s", len(vectors), args.output)
     return 0
 
 
@@ -363,6 +387,30 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def _add_train_vectors_parser(sub) -> None:
+    p = sub.add_parser("train-vectors", help="train fastText word vectors (.vec) on a configuration's training "
+                       "side, tokenized as its word-level tokenizer does (gensim)")
+    p.add_argument("config", help="YAML configuration (its data and tokenizer sections are used)")
+    p.add_argument("--side", choices=["src", "tgt"], required=True, help="which side of the training corpus")
+    p.add_argument("--output", required=True, help=".vec file to write")
+    p.add_argument("--dim", type=int, help="vector size (default: the configuration's model.d_model)")
+    p.add_argument("--epochs", type=int, default=5, help="training epochs over the corpus (default 5)")
+    p.add_argument("--min-count", type=int, default=1, help="ignore words seen fewer times (default 1)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a configuration value")
+    p.add_argument("--data-dir", help="local dataset directory (holding multi30k/); default $ATTNMT_DATA")
+    p.set_defaults(func=cmd_train_vectors)
+
+
+def _add_serve_parser(sub) -> None:
+    p = sub.add_parser("serve", help="an HTTP translation API with dynamic batching, and a page showing attention")
+    _add_model_options(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="a server limit, e.g. --set max_wait_ms=10 (see README, 'Serving')")
+    p.set_defaults(func=cmd_serve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="attnmt", description="Transformer neural machine translation")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -378,6 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="local dataset directory (holding multi30k/); default $ATTNMT_DATA")
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (same as --set train.device=...)")
     p.set_defaults(func=cmd_train)
+
+    _add_train_vectors_parser(sub)
 
     p = sub.add_parser("translate", help="translate raw text, one sentence a line")
     _add_decode_options(p)
@@ -411,13 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="PNG file (default RUN_DIR/training.png)")
     p.set_defaults(func=cmd_plot_training)
 
-    p = sub.add_parser("serve", help="an HTTP translation API with dynamic batching, and a page showing attention")
-    _add_model_options(p)
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                   help="a server limit, e.g. --set max_wait_ms=10 (see README, 'Serving')")
-    p.set_defaults(func=cmd_serve)
+    _add_serve_parser(sub)
 
     p = sub.add_parser("evaluate", help="BLEU and chrF (sacreBLEU) of a model on a test set")
     _add_decode_options(p)

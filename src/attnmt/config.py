@@ -60,13 +60,27 @@ class DataConfig(_Section):
 
 
 class TokenizerConfig(_Section):
-    """SentencePiece subword model(s) trained on the training split (Kudo and Richardson, 2018)."""
+    """SentencePiece subword model(s) trained on the training split (Kudo and Richardson, 2018),
+    or (``kind: word``) word-level vocabularies over spaCy's rule-based tokens."""
 
+    kind: Literal["sentencepiece", "word"] = Field(
+        "sentencepiece", description="sentencepiece: subwords; word: spaCy's rule-based word tokens (spacy.blank, "
+        "no model download) with a vocabulary of frequent words, the rest <unk>; output detokenized by sacremoses")
     model_type: Literal["unigram", "bpe"] = "unigram"
-    vocab_size: int = Field(8000, gt=8)
+    vocab_size: int = Field(8000, gt=8, description="SentencePiece pieces (per model); ignored by kind word")
     joint: bool = True
     character_coverage: float = Field(1.0, gt=0.0, le=1.0)
     max_sentences: int = Field(2_000_000, gt=0, description="sentences sampled to train SentencePiece")
+    lowercase: bool = Field(False, description="kind word: lowercase the text before tokenizing")
+    min_freq: int = Field(1, gt=0, description="kind word: keep words seen at least this often in training")
+    max_vocab: int | None = Field(None, gt=0, description="kind word: keep at most this many words, most frequent first")
+    token_filter: Literal["none", "alpha_punct"] = Field(
+        "none", description="kind word: 'alpha_punct' drops every token that is not alphabetic, '.' or ','")
+    require_vectors: bool = Field(
+        False, description="kind word: keep only words that have a vector in model.src_vectors / model.tgt_vectors")
+    src_lang: str | None = Field(None, description="kind word: spaCy/Moses language code of the source; default from "
+                                 "data.pair")
+    tgt_lang: str | None = Field(None, description="kind word: language code of the target; default from data.pair")
 
 
 class ModelConfig(_Section):
@@ -88,11 +102,43 @@ class ModelConfig(_Section):
     output_bias: bool = Field(False, description="a learned bias on the logits; the paper has none")
     activation: Literal["relu", "swish", "gelu"] = Field(
         "relu", description="feed-forward activation; the paper's is relu (equation 2)")
+    layer_norm_eps: float = Field(1e-5, gt=0.0, description="epsilon of every LayerNorm (PyTorch's default 1e-5)")
+    pre_post_norm: bool = Field(
+        False, description="LayerNorm before each sub-layer and again after the residual, "
+        "LN(x + Dropout(Sublayer(LN(x)))); excludes norm_first; the paper is post-norm")
+    layer_norm_scale: bool = Field(
+        True, description="a learned scale (gain) in every LayerNorm; False: shift (bias) only")
+    scale_embeddings: bool = Field(True, description="multiply embeddings by sqrt(d_model) (the paper, section 3.4)")
+    positional_scale: bool = Field(
+        False, description="a trainable scalar per side (initialised to 1) multiplying the positional encodings")
+    head_dim: int | None = Field(
+        None, gt=0, description="size of each head's projections (num_heads * head_dim wide); None: d_model / "
+        "num_heads as in the paper")
+    attention_bias: bool = Field(True, description="biases in the attention projections (False: bias-free)")
+    ffn_output_activation: bool = Field(
+        False, description="apply the activation after the feed-forward's second layer too; the paper does not")
+    time_shared_dropout: bool = Field(
+        False, description="dropout on embeddings and sub-layer outputs draws one mask per sentence and feature, "
+        "shared across time steps (noise shape [B, 1, D]); the paper draws per element")
+    src_vectors: str | None = Field(
+        None, description="fastText .vec text file whose vectors initialise the source embeddings (dimension must "
+        "equal d_model); read at training start only")
+    tgt_vectors: str | None = Field(None, description="the same for the target embeddings")
+    freeze_embeddings: bool = Field(
+        False, description="keep the token embeddings fixed in training (with src_vectors/tgt_vectors)")
+    init: Literal["default", "xavier_uniform"] = Field(
+        "default", description="default: Xavier-uniform matrices, embeddings N(0, 1/d_model); xavier_uniform: "
+        "Xavier-uniform for every matrix, embeddings and output layer included (the PyTorch tutorial)")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "ModelConfig":
-        if self.d_model % self.num_heads:
+        if self.head_dim is None and self.d_model % self.num_heads:
             raise ValueError(f"model.d_model ({self.d_model}) must be divisible by model.num_heads ({self.num_heads})")
+        if self.pre_post_norm and self.norm_first:
+            raise ValueError("model.pre_post_norm and model.norm_first exclude each other")
+        if self.freeze_embeddings and self.tie_output:
+            raise ValueError("model.freeze_embeddings would freeze the tied output layer too; set model.tie_output "
+                             "false")
         return self
 
 
@@ -106,10 +152,36 @@ class TrainConfig(_Section):
     max_steps: int | None = Field(None, gt=0)
     max_epochs: int | None = Field(None, gt=0)
     max_minutes: float | None = Field(None, gt=0, description="wall-clock budget; stop cleanly after it")
-    schedule: Literal["noam", "constant", "inverse_sqrt"] = "noam"
-    lr: float = Field(1e-3, gt=0, description="peak rate for constant/inverse_sqrt")
+    batch_sentences: int | None = Field(
+        None, gt=0, description="sentences per batch; when set, batches are counted in sentences, not batch_tokens")
+    schedule: Literal["noam", "constant", "inverse_sqrt", "cosine_restarts", "time_budget"] = Field(
+        "noam", description="noam: paper eq. 3; constant; inverse_sqrt; cosine_restarts: SGDR (Loshchilov and "
+        "Hutter, 2017) as TF's CosineDecayRestarts; time_budget: warmup and decay over the fraction of "
+        "max_minutes used, fitted to the measured update rate")
+    lr: float = Field(1e-3, gt=0, description="peak rate for constant/inverse_sqrt/time_budget, initial rate for "
+                      "cosine_restarts")
     lr_factor: float = Field(1.0, gt=0, description="'factor' of the noam schedule")
     warmup_steps: int = Field(4000, ge=0)
+    first_decay_steps: int = Field(1000, gt=0, description="cosine_restarts: updates in the first period")
+    t_mul: float = Field(2.0, gt=0, description="cosine_restarts: each period is t_mul times the previous one")
+    m_mul: float = Field(1.0, gt=0, description="cosine_restarts: each restart's rate is m_mul times the previous")
+    alpha: float = Field(0.0, ge=0.0, le=1.0, description="cosine_restarts: the floor, as a fraction of the rate")
+    warmup_fraction: float = Field(
+        0.2, gt=0.0, lt=1.0, description="time_budget: share of max_minutes spent warming up")
+    budget_decay: Literal["inverse_sqrt", "cosine"] = Field(
+        "inverse_sqrt", description="time_budget: after warmup, lr * sqrt(w / f) (noam's shape) or a cosine to 0 at "
+        "the end of the budget (f: fraction used, w: warmup_fraction)")
+    optimizer: Literal["adam", "sgd"] = Field("adam", description="adam (the paper, section 5.3) or SGD")
+    momentum: float = Field(0.9, ge=0.0, lt=1.0, description="sgd: momentum")
+    nesterov: bool = Field(True, description="sgd: Nesterov momentum (Sutskever et al., 2013)")
+    loss_normalization: Literal["tokens", "sentences"] = Field(
+        "tokens", description="tokens: the loss summed over a batch's target tokens / their number; sentences: each "
+        "sentence's mean loss per token, averaged over the batch's sentences")
+    validate_every_epoch: bool = Field(
+        False, description="validate after every epoch and log the epoch's train and valid loss and perplexity "
+        "with its time")
+    epoch_checkpoints: bool = Field(False, description="keep the weights after every epoch as "
+                                    "checkpoints/epoch_N.safetensors")
     adam_betas: tuple[Annotated[float, Field(ge=0.0, lt=1.0)], Annotated[float, Field(ge=0.0, lt=1.0)]] = (0.9, 0.98)
     adam_eps: float = Field(1e-9, gt=0)
     weight_decay: float = Field(0.0, ge=0.0)
@@ -143,6 +215,9 @@ class DecodeConfig(_Section):
     beam_size: int = Field(5, gt=0)
     length_penalty: float = Field(0.6, description="alpha in ((k + |Y|) / (k + 1))^alpha")
     length_penalty_k: float = Field(5.0, ge=0.0)
+    length_penalty_type: Literal["gnmt", "average"] = Field(
+        "gnmt", description="gnmt: log P / ((k + |Y|) / (k + 1))^alpha; average: log P / |Y| (|Y| with EOS), the mean "
+        "log-probability per token, OpenNMT-py's 'avg' and CTranslate2's default")
     max_len_a: float = Field(1.5, ge=0.0, description="max output length = a * source length + b")
     max_len_b: int = Field(10, ge=0)
     batch_size: int = Field(128, gt=0, description="sentences per search batch")
@@ -170,6 +245,23 @@ class Config(_Section):
             raise ValueError(f"data.max_len ({self.data.max_len}) + 1 (EOS) must not exceed model.max_positions "
                              f"({self.model.max_positions})")
         return self
+
+    def _consistent(self) -> "Config":
+        if self.train.schedule == "time_budget" and self.train.max_minutes is None:
+            raise ValueError("train.schedule time_budget needs train.max_minutes")
+        if self.tokenizer.require_vectors and (self.model.src_vectors is None or self.model.tgt_vectors is None):
+            raise ValueError("tokenizer.require_vectors needs model.src_vectors and model.tgt_vectors")
+        if self.tokenizer.kind == "word" and self.data.pair is None and None in (self.tokenizer.src_lang,
+                                                                                 self.tokenizer.tgt_lang):
+            raise ValueError("tokenizer.kind word needs data.pair or tokenizer.src_lang and tokenizer.tgt_lang")
+        if self.tokenizer.kind == "word" and self.tokenizer.joint:
+            raise ValueError("tokenizer.kind word builds one vocabulary per side: set tokenizer.joint false")
+        return self
+
+    def languages(self) -> tuple[str, str]:
+        """(source, target) language codes: tokenizer.src_lang/tgt_lang, else from data.pair."""
+        pair = self.data.pair.split("-") if self.data.pair else [None, None]
+        return self.tokenizer.src_lang or pair[0], self.tokenizer.tgt_lang or pair[1]
 
 
 def _format_validation_error(err: ValidationError, origin: str) -> str:

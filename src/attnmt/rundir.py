@@ -1,7 +1,8 @@
 """A model directory: what translation needs, read and written in one place.
 
     RUN_DIR/config.yaml        the validated configuration (``attnmt.config.Config``)
-    RUN_DIR/spm.model          joint SentencePiece model, or src.spm.model and tgt.spm.model
+    RUN_DIR/spm.model          joint SentencePiece model, or src.spm.model and tgt.spm.model,
+                               or the word vocabularies src.vocab.json and tgt.vocab.json
     RUN_DIR/model.safetensors  the weights translation uses
 
 Training adds its resumable state under ``RUN_DIR/checkpoints/`` (``attnmt.train.checkpoint``),
@@ -27,13 +28,14 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from attnmt.config import Config, config_from_yaml
-from attnmt.data.tokenizers import Tokenizer
+from attnmt.data.tokenizers import Tokenizer, WordTokenizer
 from attnmt.errors import CheckpointError, ConfigError, WriteError
 from attnmt.model.transformer import Transformer
 
 CONFIG = "config.yaml"
 WEIGHTS = "model.safetensors"
 JOINT_SPM, SRC_SPM, TGT_SPM = "spm.model", "src.spm.model", "tgt.spm.model"
+SRC_WORDS, TGT_WORDS = "src.vocab.json", "tgt.vocab.json"
 
 
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
@@ -110,22 +112,24 @@ def read_config(run_dir: str | Path) -> Config:
     return config_from_yaml(text, path)
 
 
-def write_tokenizers(run_dir: str | Path, src: Tokenizer, tgt: Tokenizer) -> None:
-    """Write ``spm.model`` when source and target share one model, else ``src.spm.model`` and
-    ``tgt.spm.model``."""
+def write_tokenizers(run_dir: str | Path, src: Tokenizer | WordTokenizer, tgt: Tokenizer | WordTokenizer) -> None:
+    """Write ``spm.model`` when source and target share one SentencePiece model, else
+    ``src.spm.model`` and ``tgt.spm.model`` (word vocabularies: ``src.vocab.json`` and
+    ``tgt.vocab.json``)."""
     run_dir = Path(run_dir)
     if src is tgt:
-        atomic_write(run_dir / JOINT_SPM, src.save)
+        atomic_write(run_dir / src.FILE, src.save)
     else:
-        atomic_write(run_dir / SRC_SPM, src.save)
-        atomic_write(run_dir / TGT_SPM, tgt.save)
+        atomic_write(run_dir / f"src.{src.FILE}", src.save)
+        atomic_write(run_dir / f"tgt.{tgt.FILE}", tgt.save)
 
 
-def read_tokenizers(run_dir: str | Path) -> tuple[Tokenizer, Tokenizer]:
-    """(source, target) SentencePiece models of a model directory (the same object if joint).
+def read_tokenizers(run_dir: str | Path) -> tuple[Tokenizer | WordTokenizer, Tokenizer | WordTokenizer]:
+    """(source, target) tokenizers of a model directory (the same object if joint).
 
     Raises:
-        CheckpointError: neither ``spm.model`` nor ``src.spm.model``/``tgt.spm.model`` exists.
+        CheckpointError: neither ``spm.model``, ``src.spm.model``/``tgt.spm.model`` nor
+            ``src.vocab.json``/``tgt.vocab.json`` exists.
     """
     run_dir = Path(run_dir)
     if (run_dir / JOINT_SPM).is_file():
@@ -133,7 +137,9 @@ def read_tokenizers(run_dir: str | Path) -> tuple[Tokenizer, Tokenizer]:
         return tok, tok
     if (run_dir / SRC_SPM).is_file():
         return Tokenizer.load(run_dir / SRC_SPM), Tokenizer.load(run_dir / TGT_SPM)
-    raise CheckpointError(f"{run_dir}: no SentencePiece model ({JOINT_SPM} or {SRC_SPM}) in the model directory")
+    if (run_dir / SRC_WORDS).is_file():
+        return WordTokenizer.load(run_dir / SRC_WORDS), WordTokenizer.load(run_dir / TGT_WORDS)
+    raise CheckpointError(f"{run_dir}: no tokenizer ({JOINT_SPM}, {SRC_SPM} or {SRC_WORDS}) in the model directory")
 
 
 def save_weights(model: nn.Module, path: str | Path, metadata: dict[str, str] | None = None) -> None:

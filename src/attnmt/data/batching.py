@@ -1,4 +1,4 @@
-"""Length-bucketed batches with a token budget, and their padded tensors.
+"""Length-bucketed batches with a token budget (or a sentence count), and their padded tensors.
 
 Sentences of similar length go together so that little of a batch is padding. A batch's size
 is counted in padded tokens: ``number of pairs x the longest side (source or target, with BOS
@@ -60,6 +60,26 @@ def make_batch(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Batch:
     )
 
 
+def _length_order(lengths: list[tuple[int, int]], rng: random.Random, shuffle: bool) -> list[int]:
+    """Example indices sorted by (target, source) length, ties broken at random when shuffling."""
+    keys = list(range(len(lengths)))
+    noise = [rng.random() for _ in keys] if shuffle else [0.0] * len(keys)
+    keys.sort(key=lambda i: (lengths[i][1], lengths[i][0], noise[i]))
+    return keys
+
+
+def sentence_batches(lengths: list[tuple[int, int]], batch_sentences: int, seed: int | None = None,
+                     epoch: int = 0) -> list[list[int]]:
+    """Group example indices into batches of ``batch_sentences`` examples (the last may be
+    smaller), length-bucketed and shuffled like :func:`token_batches` (same arguments)."""
+    rng = random.Random(None if seed is None else seed * 1_000_003 + epoch)
+    keys = _length_order(lengths, rng, seed is not None)
+    batches = [keys[i: i + batch_sentences] for i in range(0, len(keys), batch_sentences)]
+    if seed is not None:
+        rng.shuffle(batches)
+    return batches
+
+
 def token_batches(lengths: list[tuple[int, int]], batch_tokens: int, seed: int | None = None,
                   epoch: int = 0) -> list[list[int]]:
     """Group example indices into batches within a padded-token budget.
@@ -75,9 +95,7 @@ def token_batches(lengths: list[tuple[int, int]], batch_tokens: int, seed: int |
         gets a batch of its own.
     """
     rng = random.Random(None if seed is None else seed * 1_000_003 + epoch)
-    keys = list(range(len(lengths)))
-    noise = [rng.random() for _ in keys] if seed is not None else [0.0] * len(keys)
-    keys.sort(key=lambda i: (lengths[i][1], lengths[i][0], noise[i]))
+    keys = _length_order(lengths, rng, seed is not None)
     batches: list[list[int]] = []
     current: list[int] = []
     longest = 0

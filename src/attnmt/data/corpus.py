@@ -115,7 +115,7 @@ class DatasetSpec:
 MULTI30K = DatasetSpec(
     name="multi30k",
     url="https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/",
-    pairs=("de-en", "en-de", "en-fr", "en-cs"),
+    pairs=("de-en", "en-de", "en-fr", "fr-en", "en-cs", "cs-en"),
     splits=("train", "val", "test_2016_flickr"),
     sha256={
         "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",

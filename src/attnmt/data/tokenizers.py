@@ -1,4 +1,5 @@
-"""Subword tokenization with SentencePiece (Kudo and Richardson, 2018), with fixed special ids.
+"""Subword tokenization with SentencePiece (Kudo and Richardson, 2018), and word-level
+tokenization with spaCy, with fixed special ids.
 
 Every vocabulary has the same special ids, so the model and search code can name them as
 constants: PAD_ID 0, UNK_ID 1, BOS_ID 2, EOS_ID 3. A joint model (one vocabulary for source and
@@ -6,24 +7,37 @@ target, needed for shared embeddings) or separate source and target models are t
 training split and stored in the model directory as ``spm.model`` or ``src.spm.model`` and
 ``tgt.spm.model``.
 
-Library: sentencepiece.
+:class:`WordTokenizer` splits text with spaCy's rule-based tokenizer for the language
+(``spacy.blank(lang)``, no model download), optionally lowercases and filters the tokens, and
+maps words outside its vocabulary to UNK_ID. Its output is detokenized with sacremoses'
+``MosesDetokenizer``, so that sacreBLEU sees ordinary text. It is saved as JSON
+(``src.vocab.json``, ``tgt.vocab.json``): the settings and the word list, nothing executable.
+
+Library: sentencepiece; spaCy and sacremoses for word-level tokenization (the ``word`` extra).
 """
 
 from __future__ import annotations
 
+import functools
 import io
+import json
 import random
+from collections import Counter
 from pathlib import Path
 
 import sentencepiece as spm
 
-from attnmt.errors import CheckpointError, DataError
+from attnmt.errors import CheckpointError, ConfigError, DataError
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]  # the word-level names of the special ids, in id order
+KEEP_PUNCT = {".", ","}  # the non-alphabetic tokens that token_filter 'alpha_punct' keeps
 
 
 class Tokenizer:
     """A SentencePiece model: raw text <-> ids (specials excluded from the output)."""
+
+    FILE = "spm.model"  # file name in a model directory (with 'src.'/'tgt.' for separate models)
 
     def __init__(self, model_proto: bytes, name: str = "SentencePiece model"):
         self._proto = model_proto
@@ -119,3 +133,105 @@ class Tokenizer:
     def pieces(self, ids: list[int]) -> list[str]:
         """The subword strings of ids (e.g. '▁Mann'), for display."""
         return [self._sp.id_to_piece(i) for i in ids]
+
+
+@functools.lru_cache(maxsize=8)
+def _spacy_tokenizer(lang: str):
+    """spaCy's rule-based tokenizer for ``lang`` (``spacy.blank(lang).tokenizer``), built once."""
+    try:
+        import spacy
+    except ImportError:
+        raise ConfigError("tokenizer.kind word needs spaCy: pip install 'attnmt[word]'") from None
+    try:
+        return spacy.blank(lang).tokenizer
+    except ImportError:
+        raise ConfigError(f"spaCy has no language {lang!r}") from None
+
+
+@functools.lru_cache(maxsize=8)
+def _detokenizer(lang: str):
+    from sacremoses import MosesDetokenizer
+
+    return MosesDetokenizer(lang=lang)
+
+
+class WordTokenizer:
+    """Word-level tokenization: spaCy's rule-based tokens, a vocabulary, Moses detokenization.
+
+    Args:
+        words: the vocabulary after the specials (id 4 is ``words[0]``), no duplicates.
+        lang: language code for spaCy and sacremoses (``de``, ``en``, ``fr``, ...).
+        lowercase: lowercase every token.
+        token_filter: 'none', or 'alpha_punct' to drop tokens that are not alphabetic, '.' or ','.
+    """
+
+    FILE = "vocab.json"
+
+    def __init__(self, words: list[str], lang: str, lowercase: bool = False, token_filter: str = "none"):
+        self.words, self.lang, self.lowercase, self.token_filter = list(words), lang, lowercase, token_filter
+        self.itos = SPECIALS + self.words
+        self.stoi = {w: i for i, w in enumerate(self.itos)}
+
+    def tokenize(self, texts: list[str]) -> list[list[str]]:
+        """The (lowercased, filtered) word tokens of each text."""
+        out = []
+        for doc in _spacy_tokenizer(self.lang).pipe(texts, batch_size=1000):
+            tokens = [t.text.lower() if self.lowercase else t.text for t in doc if not t.is_space]
+            if self.token_filter == "alpha_punct":
+                tokens = [t for t in tokens if t.isalpha() or t in KEEP_PUNCT]
+            out.append(tokens)
+        return out
+
+    @classmethod
+    def train(cls, sentences: list[str], lang: str, lowercase: bool = False, min_freq: int = 1,
+              max_vocab: int | None = None, token_filter: str = "none",
+              allowed: set[str] | None = None) -> "WordTokenizer":
+        """Build the vocabulary: words seen at least ``min_freq`` times (and, if ``allowed`` is
+        given, in it, e.g. the words with a pretrained vector), most frequent first (ties in
+        alphabetical order), at most ``max_vocab`` of them."""
+        probe = cls([], lang, lowercase, token_filter)
+        counts = Counter(t for tokens in probe.tokenize(sentences) for t in tokens)
+        ranked = sorted((w for w, n in counts.items() if n >= min_freq and w not in SPECIALS
+                         and (allowed is None or w in allowed)), key=lambda w: (-counts[w], w))
+        return cls(ranked[:max_vocab] if max_vocab else ranked, lang, lowercase, token_filter)
+
+    def save(self, path: str | Path) -> None:
+        data = {"kind": "word", "lang": self.lang, "lowercase": self.lowercase, "token_filter": self.token_filter,
+                "words": self.words}
+        Path(path).write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "WordTokenizer":
+        """Load a ``vocab.json`` written by :meth:`save`. Raises CheckpointError if it is
+        missing or malformed."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            return cls(data["words"], data["lang"], data["lowercase"], data["token_filter"])
+        except FileNotFoundError:
+            raise CheckpointError(f"{path}: no such vocabulary") from None
+        except (ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{path}: not a word vocabulary: {e}") from None
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def encode(self, text: str) -> list[int]:
+        """Word ids of raw text (UNK_ID for unknown words), without BOS/EOS."""
+        return self.encode_batch([text])[0]
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [[self.stoi.get(t, UNK_ID) for t in tokens] for tokens in self.tokenize(texts)]
+
+    def decode(self, ids: list[int]) -> str:
+        """Detokenized text (sacremoses) of word ids; padding, BOS and EOS are dropped, UNK
+        shows as '<unk>'."""
+        return _detokenizer(self.lang).detokenize(
+            [self.itos[i] for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)])
+
+    def pieces(self, ids: list[int]) -> list[str]:
+        """The words of ids, for display."""
+        return [self.itos[i] for i in ids]

@@ -36,7 +36,8 @@ class ScoredHypothesis:
     text: detokenized output. token_ids: output ids (ending with EOS unless cut at the length
     limit). pieces: their subword strings (EOS shown as '</s>').
     token_log_probs: natural-log probability of each piece. log_prob: their sum.
-    score: log_prob / length penalty (beam search) or log_prob (greedy).
+    score: log_prob / length penalty (beam search) or log_prob (greedy); with
+    ``decode.length_penalty_type: average`` log_prob / len(token_ids) in both.
     """
 
     text: str
@@ -64,6 +65,12 @@ class Translation:
     def text(self) -> str:
         """The best translation."""
         return self.hypotheses[0].text if self.hypotheses else ""
+
+
+def average_log_prob(h: Hypothesis) -> float:
+    """The mean log-probability per output token, EOS included: sum / (n + 1) for n words and
+    EOS (OpenNMT-py's ``avg`` length normalisation, CTranslate2's default)."""
+    return h.log_prob / max(len(h.tokens), 1)
 
 
 class Translator:
@@ -197,7 +204,8 @@ class Translator:
             beam_size: K (1 = greedy search); default from the model's decode config.
             nbest: hypotheses per sentence (<= beam_size).
             batch_size: sentences per search batch (sorted by length); default from config.
-            length_penalty: alpha; default from config.
+            length_penalty: alpha; default from config (unused by ``length_penalty_type: average``,
+                whose score is always the mean log-probability per token, EOS included).
             return_attention: also compute each best hypothesis' source attention.
         Returns:
             One :class:`Translation` per input sentence, in input order, each with ``nbest``
@@ -221,6 +229,12 @@ class Translator:
             src = to_device(pad_sequences([src_ids[i] for i in chunk]), self.device)  # (B, S)
             if beam_size == 1 and nbest == 1:
                 hyps = [[h] for h in greedy_search(self.model, src, dc.max_len_a, dc.max_len_b)]
+                if dc.length_penalty_type == "average":
+                    hyps = [[Hypothesis(h.tokens, h.token_log_probs, h.log_prob, average_log_prob(h))]
+                            for [h] in hyps]
+            elif dc.length_penalty_type == "average":
+                # log P / |Y| is the GNMT penalty with alpha 1 and k 0: ((0 + |Y|) / (0 + 1))^1.
+                hyps = beam_search(self.model, src, beam_size, 1.0, 0.0, dc.max_len_a, dc.max_len_b, nbest)
             else:
                 hyps = beam_search(self.model, src, beam_size, alpha, dc.length_penalty_k, dc.max_len_a,
                                    dc.max_len_b, nbest)

@@ -157,24 +157,32 @@ class MultiHeadAttention(nn.Module):
 
     Parameters: ``q_proj`` (W^Q of all heads), ``kv_proj`` (W^K and W^V of all heads stacked, so
     that keys and values of one input come from one matmul) and ``out_proj`` (W^O), each with a
-    bias.
+    bias unless ``bias`` is False.
+
+    ``head_dim`` sets Dh independently of D (the projections are then H * Dh wide and W^O maps
+    H * Dh back to D); None gives the paper's Dh = D / H.
+
+    Raises:
+        ValueError: D not divisible by H when ``head_dim`` is None.
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, fused: bool = False):
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, fused: bool = False,
+                 head_dim: int | None = None, bias: bool = True):
         super().__init__()
-        if d_model % num_heads:
+        if head_dim is None and d_model % num_heads:
             raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
         self.num_heads = num_heads
-        self.head_dim = d_model // num_heads
+        self.head_dim = head_dim or d_model // num_heads
+        inner = num_heads * self.head_dim  # H * Dh (= D in the paper)
         self.dropout = dropout  # on the attention weights, in training
         self.fused = fused  # speed switch (module docstring): PyTorch's fused kernel when no weights are asked for
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.kv_proj = nn.Linear(d_model, 2 * d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
+        self.q_proj = nn.Linear(d_model, inner, bias=bias)
+        self.kv_proj = nn.Linear(d_model, 2 * inner, bias=bias)
+        self.out_proj = nn.Linear(inner, d_model, bias=bias)
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
-        return x.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # (B, T, D) -> (B, H, T, Dh)
+        return x.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # (B, T, H*Dh) -> (B, H, T, Dh)
 
     def _project_kv(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K W^K and V W^V with their heads split: (Bk, H, Tk, Dh) each."""
@@ -182,7 +190,7 @@ class MultiHeadAttention(nn.Module):
             k, v = self.kv_proj(key).chunk(2, dim=-1)  # (Bk, Tk, D) each, one matmul
         else:
             w_k, w_v = self.kv_proj.weight.chunk(2)
-            b_k, b_v = self.kv_proj.bias.chunk(2)
+            b_k, b_v = self.kv_proj.bias.chunk(2) if self.kv_proj.bias is not None else (None, None)
             k, v = F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
         return self._split_heads(k), self._split_heads(v)
 
@@ -246,7 +254,7 @@ class MultiHeadAttention(nn.Module):
             out = fused_attention(q, k, v, mask, self.dropout, self.training, is_causal)  # speed switch
             weights = None
         # 3) Concatenate the heads and apply W^O.
-        out = out.transpose(1, 2).reshape(b, tq, -1)  # (Bk, H, K*Tq, Dh) -> (B, Tq, D)
+        out = out.transpose(1, 2).reshape(b, tq, -1)  # (Bk, H, K*Tq, Dh) -> (B, Tq, H*Dh)
         if need_weights and beams > 1:
             weights = weights.unflatten(2, (beams, tq)).transpose(1, 2).flatten(0, 1)  # (B, H, Tq, Tk)
         return self.out_proj(out), weights if need_weights else None

@@ -32,18 +32,24 @@ _LEVELS = 32768  # each 16-bit lane, sign bit cleared, is uniform on [0, 32767]
 _LANES = 4  # 16-bit lanes per int64 draw
 
 
-def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+def dropout(x: torch.Tensor, p: float, training: bool, time_shared: bool = False) -> torch.Tensor:
     """Zero each element of ``x`` with probability ``p`` and scale the rest by 1 / (1 - p).
 
     Args:
         x: any shape and float dtype.
         p: drop probability in [0, 1); with the CPU mask it is rounded to a multiple of 1/32768.
         training: dropout is applied only in training.
+        time_shared: for x of shape (B, T, D), one mask of shape (B, 1, D) for all T time
+            steps (TensorFlow's ``noise_shape=[B, 1, D]``; Gal and Ghahramani, 2016).
     Returns:
         A tensor like ``x``; ``x`` itself when not training or p == 0.
     """
     if not training or p == 0.0:
         return x
+    if time_shared:
+        # The plain way: drop a (B, 1, D) tensor of ones and broadcast it over time.
+        ones = x.new_ones(x.shape[0], 1, *x.shape[2:])  # (B, 1, D)
+        return x * dropout(ones, p, training)
     if not (INT8_MASK_ON_CPU and x.device.type == "cpu"):
         return F.dropout(x, p, True)
     return _Int8MaskDropout.apply(x, round(p * _LEVELS))  # speed switch (module docstring)
@@ -74,11 +80,12 @@ class _Int8MaskDropout(torch.autograd.Function):
 
 
 class Dropout(nn.Module):
-    """Module form of :func:`dropout`."""
+    """Module form of :func:`dropout` (``time_shared``: one (B, 1, D) mask for all time steps)."""
 
-    def __init__(self, p: float):
+    def __init__(self, p: float, time_shared: bool = False):
         super().__init__()
         self.p = p
+        self.time_shared = time_shared
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return dropout(x, self.p, self.training)
+        return dropout(x, self.p, self.training, self.time_shared)

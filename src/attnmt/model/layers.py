@@ -3,7 +3,10 @@
 
 Each sub-layer is wrapped in a residual connection with dropout and layer normalisation:
 post-norm as in the paper (section 3.1), ``LayerNorm(x + Dropout(Sublayer(x)))``; or, as an
-option, pre-norm, ``x + Dropout(Sublayer(LayerNorm(x)))``, often more stable for deep stacks.
+option, pre-norm, ``x + Dropout(Sublayer(LayerNorm(x)))``, often more stable for deep stacks; or
+both (``pre_post_norm``), ``LayerNorm(x + Dropout(Sublayer(LayerNorm(x))))``. A LayerNorm
+(Ba et al., 2016) has a learned scale and shift, or, with ``layer_norm_scale`` off, a learned
+shift only.
 
 Shapes: B batch, S source length, T target length (new positions only, with a cache), t target
 positions so far, D d_model, F d_ff, H heads.
@@ -31,33 +34,73 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
+class ShiftLayerNorm(nn.Module):
+    """LayerNorm with a learned shift and no learned scale: (x - mean) / sqrt(var + eps) + b,
+    over the last dimension (D); any shape (..., D) -> the same."""
+
+    def __init__(self, d_model: int, eps: float = 1e-5):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(d_model))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, (x.size(-1),), None, self.bias, self.eps)
+
+
+def layer_norm(cfg: ModelConfig) -> nn.Module:
+    """A LayerNorm over d_model with ``cfg.layer_norm_eps``: scale and shift learned, or with
+    ``cfg.layer_norm_scale`` off only the shift (:class:`ShiftLayerNorm`)."""
+    if cfg.layer_norm_scale:
+        return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+    return ShiftLayerNorm(cfg.d_model, cfg.layer_norm_eps)
+
+
+def attention(cfg: ModelConfig) -> MultiHeadAttention:
+    """A MultiHeadAttention with the configuration's heads, head size, bias and dropout."""
+    return MultiHeadAttention(cfg.d_model, cfg.num_heads, cfg.attention_dropout, head_dim=cfg.head_dim,
+                              bias=cfg.attention_bias)
+
+
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (equation 2): (B, T, D) -> (B, T, D).
 
-    ``activation`` replaces max(0, .) by another of :data:`ACTIVATIONS` (the paper: relu).
+    ``activation`` replaces max(0, .) by another of :data:`ACTIVATIONS` (the paper: relu);
+    ``output_activation`` applies it after the second layer too, act(act(x W_1 + b_1) W_2 + b_2)
+    (not in the paper).
     """
 
-    def __init__(self, d_model: int, d_ff: int, activation_dropout: float = 0.0, activation: str = "relu"):
+    def __init__(self, d_model: int, d_ff: int, activation_dropout: float = 0.0, activation: str = "relu",
+                 output_activation: bool = False):
         super().__init__()
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
         self.activation = ACTIVATIONS[activation]
         self.activation_dropout = activation_dropout  # dropout after the activation, in training
+        self.output_activation = output_activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.activation(self.w_1(x))  # (B, T, F)
         h = dropout(h, self.activation_dropout, self.training)
-        return self.w_2(h)
+        y = self.w_2(h)  # (B, T, D)
+        return self.activation(y) if self.output_activation else y
+
+
+def feed_forward(cfg: ModelConfig) -> PositionwiseFeedForward:
+    """The configuration's feed-forward network."""
+    return PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation,
+                                   cfg.ffn_output_activation)
 
 
 class ResidualSublayer(nn.Module):
-    """A residual connection with dropout and LayerNorm around one sub-layer (section 5.4)."""
+    """A residual connection with dropout and LayerNorm around one sub-layer (section 5.4):
+    post-norm (the paper), pre-norm (``norm_first``) or both (``pre_post_norm``, two LayerNorms)."""
 
-    def __init__(self, d_model: int, dropout: float, norm_first: bool):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.norm = nn.LayerNorm(d_model)
-        self.dropout = Dropout(dropout)
-        self.norm_first = norm_first
+        self.norm = layer_norm(cfg)
+        self.dropout = Dropout(cfg.dropout, cfg.time_shared_dropout)
+        self.norm_first = cfg.norm_first
+        self.pre_norm = layer_norm(cfg) if cfg.pre_post_norm else None  # the LayerNorm before the sub-layer
 
     def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], tuple[torch.Tensor, Weights]]
                 ) -> tuple[torch.Tensor, Weights]:
@@ -66,6 +109,9 @@ class ResidualSublayer(nn.Module):
         if self.norm_first:
             y, weights = sublayer(self.norm(x))
             return x + self.dropout(y), weights
+        if self.pre_norm is not None:
+            y, weights = sublayer(self.pre_norm(x))
+            return self.norm(x + self.dropout(y)), weights
         y, weights = sublayer(x)
         return self.norm(x + self.dropout(y)), weights
 
@@ -75,9 +121,9 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.num_heads, cfg.attention_dropout)
-        self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
-        self.sublayers = nn.ModuleList(ResidualSublayer(cfg.d_model, cfg.dropout, cfg.norm_first) for _ in range(2))
+        self.self_attn = attention(cfg)
+        self.feed_forward = feed_forward(cfg)
+        self.sublayers = nn.ModuleList(ResidualSublayer(cfg) for _ in range(2))
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor,
                 need_weights: bool = False) -> tuple[torch.Tensor, Weights]:
@@ -94,10 +140,10 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.num_heads, cfg.attention_dropout)
-        self.src_attn = MultiHeadAttention(cfg.d_model, cfg.num_heads, cfg.attention_dropout)
-        self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
-        self.sublayers = nn.ModuleList(ResidualSublayer(cfg.d_model, cfg.dropout, cfg.norm_first) for _ in range(3))
+        self.self_attn = attention(cfg)
+        self.src_attn = attention(cfg)
+        self.feed_forward = feed_forward(cfg)
+        self.sublayers = nn.ModuleList(ResidualSublayer(cfg) for _ in range(3))
 
     def forward(
         self, x: torch.Tensor, memory: torch.Tensor | None, src_mask: torch.Tensor,

@@ -6,11 +6,14 @@ stack of N ``DecoderLayer``s over the same, then a linear projection to vocabula
 (section 3.4; the softmax is left to the loss and the search). Search code uses ``encode``,
 ``init_cache`` and ``decode_step``, which feeds one new target position per call.
 
-Embeddings are multiplied by sqrt(d_model) (section 3.4). With a joint vocabulary, source and
+Embeddings are multiplied by sqrt(d_model) (section 3.4; ``scale_embeddings`` off: not), and
+the positional encodings may be multiplied by a trainable scalar per side (``positional_scale``,
+initialised to 1). Token embeddings may start from pretrained vectors and stay frozen
+(:func:`load_pretrained_embeddings`, ``freeze_embeddings``). With a joint vocabulary, source and
 target embeddings can be one matrix (``share_embeddings``); the output projection shares the
 target embedding (``tie_output``, the paper's choice, section 3.4). With pre-norm a final
 LayerNorm closes each stack. Weight matrices are initialised Xavier-uniform, embeddings from
-N(0, 1/d_model).
+N(0, 1/d_model) (``init: xavier_uniform``: embeddings and the output layer Xavier-uniform too).
 
 Shapes: B batch, S source length, T target length, D d_model, H heads, V vocabulary.
 """
@@ -26,23 +29,24 @@ from torch import nn
 from attnmt.config import ModelConfig
 from attnmt.model.attention import DecoderCache, LayerCache, MultiHeadAttention, padding_mask
 from attnmt.model.dropout import Dropout
-from attnmt.model.layers import DecoderLayer, EncoderLayer
+from attnmt.model.layers import DecoderLayer, EncoderLayer, layer_norm
 from attnmt.model.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
 
 class ScaledEmbedding(nn.Module):
-    """Token embedding times sqrt(d_model) (section 3.4): (B, T) int64 -> (B, T, D).
+    """Token embedding times sqrt(d_model) (section 3.4; times 1 with ``scale=False``):
+    (B, T) int64 -> (B, T, D).
 
     The padding id's row is zero and receives no gradient."""
 
-    def __init__(self, vocab_size: int, d_model: int, pad_id: int):
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int, scale: bool = True):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
         nn.init.normal_(self.weight, std=d_model ** -0.5)
         with torch.no_grad():
             self.weight[pad_id].zero_()
         self.pad_id = pad_id
-        self.scale = math.sqrt(d_model)
+        self.scale = math.sqrt(d_model) if scale else 1.0
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return nn.functional.embedding(tokens, self.weight, padding_idx=self.pad_id) * self.scale
@@ -52,6 +56,12 @@ def _positions(cfg: ModelConfig) -> nn.Module:
     if cfg.positional == "learned":
         return LearnedPositionalEmbedding(cfg.d_model, cfg.max_positions)
     return SinusoidalPositionalEncoding(cfg.d_model, cfg.max_positions)
+
+
+def _position_scale(cfg: ModelConfig) -> nn.Parameter | None:
+    """The trainable scalar that multiplies a stack's positional encodings (initialised to 1), or
+    None without ``positional_scale``."""
+    return nn.Parameter(torch.ones(())) if cfg.positional_scale else None
 
 
 @dataclass
@@ -71,18 +81,22 @@ class Encoder(nn.Module):
         super().__init__()
         self.embedding = embedding
         self.positions = _positions(cfg)
-        self.dropout = Dropout(cfg.dropout)
+        self.position_scale = _position_scale(cfg)
+        self.dropout = Dropout(cfg.dropout, cfg.time_shared_dropout)
         self.layers = nn.ModuleList(
             EncoderLayer(cfg)
             for _ in range(cfg.num_encoder_layers)
         )
-        self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.final_norm = layer_norm(cfg) if cfg.norm_first else nn.Identity()
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor,
                 need_weights: bool = False) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         """src: (B, S) int64 ids; src_mask: (B, 1, 1, S) bool. Returns the memory (B, S, D) and,
         if asked for, each layer's self-attention weights (B, H, S, S)."""
-        x = self.dropout(self.embedding(src) + self.positions(src.size(1)))  # (B, S, D)
+        pos = self.positions(src.size(1))  # (1, S, D)
+        if self.position_scale is not None:
+            pos = pos * self.position_scale
+        x = self.dropout(self.embedding(src) + pos)  # (B, S, D)
         weights = [] if need_weights else None
         for layer in self.layers:
             x, w = layer(x, src_mask, need_weights)
@@ -99,12 +113,13 @@ class Decoder(nn.Module):
         super().__init__()
         self.embedding = embedding
         self.positions = _positions(cfg)
-        self.dropout = Dropout(cfg.dropout)
+        self.position_scale = _position_scale(cfg)
+        self.dropout = Dropout(cfg.dropout, cfg.time_shared_dropout)
         self.layers = nn.ModuleList(
             DecoderLayer(cfg)
             for _ in range(cfg.num_decoder_layers)
         )
-        self.final_norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.final_norm = layer_norm(cfg) if cfg.norm_first else nn.Identity()
         self.output_projection = nn.Linear(cfg.d_model, vocab_size, bias=cfg.output_bias)
         if cfg.tie_output:
             self.output_projection.weight = embedding.weight
@@ -129,7 +144,10 @@ class Decoder(nn.Module):
         """The decoder stack without the output projection: the final states (B, T, D), and the
         per-layer attention weights of :class:`DecoderOutput` when asked for (else None)."""
         offset = cache.step if cache is not None else 0
-        x = self.dropout(self.embedding(tgt_in) + self.positions(tgt_in.size(1), offset))  # (B, T, D)
+        pos = self.positions(tgt_in.size(1), offset)  # (1, T, D)
+        if self.position_scale is not None:
+            pos = pos * self.position_scale
+        x = self.dropout(self.embedding(tgt_in) + pos)  # (B, T, D)
         self_ws: list[torch.Tensor] | None = [] if need_weights else None
         src_ws: list[torch.Tensor] | None = [] if need_weights else None
         for i, layer in enumerate(self.layers):
@@ -159,13 +177,21 @@ class Transformer(nn.Module):
             raise ValueError("share_embeddings needs a joint vocabulary (equal source and target sizes)")
         self.config = cfg
         self.pad_id = pad_id
-        src_embedding = ScaledEmbedding(src_vocab_size, cfg.d_model, pad_id)
-        tgt_embedding = src_embedding if cfg.share_embeddings else ScaledEmbedding(tgt_vocab_size, cfg.d_model, pad_id)
+        src_embedding = ScaledEmbedding(src_vocab_size, cfg.d_model, pad_id, cfg.scale_embeddings)
+        tgt_embedding = src_embedding if cfg.share_embeddings else ScaledEmbedding(
+            tgt_vocab_size, cfg.d_model, pad_id, cfg.scale_embeddings)
         self.encoder = Encoder(cfg, src_embedding)
         self.decoder = Decoder(cfg, tgt_embedding, tgt_vocab_size)
         for name, p in self.named_parameters():
-            if p.dim() == 2 and "embedding" not in name and "output_projection" not in name:
+            if p.dim() == 2 and (cfg.init == "xavier_uniform" or (
+                    "embedding" not in name and "output_projection" not in name)):
                 nn.init.xavier_uniform_(p)
+        with torch.no_grad():  # the padding rows stay zero
+            src_embedding.weight[pad_id].zero_()
+            tgt_embedding.weight[pad_id].zero_()
+        if cfg.freeze_embeddings:
+            src_embedding.weight.requires_grad_(False)
+            tgt_embedding.weight.requires_grad_(False)
 
     def encode(self, src: torch.Tensor, need_weights: bool = False
                ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor] | None]:
@@ -220,3 +246,32 @@ class Transformer(nn.Module):
 def count_parameters(model: nn.Module) -> int:
     """Distinct trainable parameters (shared tensors counted once)."""
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values() if p.requires_grad)
+
+
+def load_pretrained_embeddings(embedding: ScaledEmbedding, words: list[str], vectors: dict[str, torch.Tensor],
+                               first_word_id: int) -> int:
+    """Copy pretrained word vectors into the rows of an embedding.
+
+    Args:
+        embedding: its weight (V, D); row ``first_word_id + i`` is ``words[i]``.
+        words: the vocabulary's words after the special ids.
+        vectors: word -> (D,) float vector (e.g. from a fastText ``.vec`` file).
+        first_word_id: the id of ``words[0]``; the rows before it (padding, unknown, BOS, EOS)
+            keep their random initialisation, so the unknown row is the one shared OOV vector.
+    Returns:
+        The number of rows filled.
+    Raises:
+        ValueError: the vectors' dimension is not D.
+    """
+    filled = 0
+    with torch.no_grad():
+        for i, word in enumerate(words):
+            vec = vectors.get(word)
+            if vec is None:
+                continue
+            if vec.numel() != embedding.weight.size(1):
+                raise ValueError(f"pretrained vectors have dimension {vec.numel()}, the model's d_model is "
+                                 f"{embedding.weight.size(1)}")
+            embedding.weight[first_word_id + i] = vec
+            filled += 1
+    return filled

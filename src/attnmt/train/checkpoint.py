@@ -3,6 +3,7 @@
     RUN_DIR/checkpoints/last.pt                everything ``--resume`` needs: weights, optimizer,
                                                schedule, step, data position, random state
     RUN_DIR/checkpoints/step_N.safetensors     recent validation weights, for averaging
+    RUN_DIR/checkpoints/epoch_N.safetensors    the weights after epoch N (train.epoch_checkpoints)
 
 What translation needs (config, SentencePiece models, ``model.safetensors``) is
 ``attnmt.rundir``'s. The state is written atomically and loaded with
@@ -24,6 +25,7 @@ from attnmt.rundir import atomic_write
 
 LAST_STATE = "checkpoints/last.pt"
 STEP_WEIGHTS = "checkpoints/step_{step}.safetensors"
+EPOCH_WEIGHTS = "checkpoints/epoch_{epoch}.safetensors"  # kept with train.epoch_checkpoints
 
 
 def save_state(state: dict[str, Any], path: str | Path) -> None:

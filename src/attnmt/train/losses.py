@@ -49,6 +49,29 @@ def label_smoothed_cross_entropy(
     return (loss * keep).sum(), (nll * keep).sum().detach()
 
 
+def per_sentence_label_smoothed_cross_entropy(
+    logits: torch.Tensor, target: torch.Tensor, epsilon: float, ignore_index: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The label-smoothed loss normalised per sentence: each sentence's mean loss over its
+    (non-ignored) tokens, summed over the sentences (divide by their number for the batch mean,
+    the normalisation of setups that average the loss per sentence, then over the batch).
+
+    Args:
+        logits: (B, T, V) float (computed in float32); target: (B, T) int64.
+    Returns:
+        (objective, loss, nll): float32 scalars; ``objective`` the sum of per-sentence means
+        (differentiable), ``loss`` and ``nll`` the sums over tokens as in
+        :func:`label_smoothed_cross_entropy` (detached, for reporting). A sentence with no
+        token counts 0.
+    """
+    lprobs = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+    keep = (target != ignore_index).float()  # (B, T)
+    nll = -lprobs.gather(-1, target.masked_fill(target == ignore_index, 0)[..., None]).squeeze(-1)  # (B, T)
+    loss = ((1.0 - epsilon) * nll + epsilon * -lprobs.mean(dim=-1)) * keep  # (B, T)
+    per_sentence = loss.sum(dim=1) / keep.sum(dim=1).clamp(min=1.0)  # (B,)
+    return per_sentence.sum(), loss.sum().detach(), (nll * keep).sum().detach()
+
+
 def chunked_label_smoothed_cross_entropy(
     states: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, epsilon: float, ignore_index: int,
     bias: torch.Tensor | None = None,

@@ -10,6 +10,9 @@ weights as ``model.safetensors`` and writes the resumable state (:meth:`save_che
 stops (:meth:`stop_reason`) after ``max_steps``, ``max_epochs`` or ``max_minutes`` (wall clock,
 leaving time for the final validation), or after ``stop_patience`` validations without
 improvement; then it validates a last time and may average the last validation checkpoints.
+Options of other published setups: batches by sentence count, SGD with Nesterov momentum,
+per-sentence loss normalisation, a validation report and a checkpoint after every epoch,
+word-level vocabularies and pretrained embeddings read from ``.vec`` files.
 Metrics go to ``train_log.jsonl`` (``attnmt.train.metrics``).
 
 Finite training: an update whose loss or gradient norm is not finite is skipped (the weights
@@ -32,7 +35,7 @@ stop every rank at the same update boundary with a resumable checkpoint.
 
 "Best" means higher validation BLEU, then lower perplexity.
 
-Library: torch.optim (Adam, LambdaLR), tqdm.
+Library: torch.optim (Adam, SGD, LambdaLR), tqdm.
 """
 
 from __future__ import annotations
@@ -49,22 +52,24 @@ from tqdm import tqdm
 
 from attnmt import rundir
 from attnmt.config import Config
-from attnmt.data.batching import Batch, make_batch, token_batches
+from attnmt.data.batching import Batch, make_batch, sentence_batches, token_batches
 from attnmt.data.corpus import EncodedCorpus, dataset_pair_files, encode_corpus, read_parallel
-from attnmt.data.tokenizers import PAD_ID, Tokenizer
+from attnmt.data.tokenizers import EOS_ID, PAD_ID, Tokenizer, WordTokenizer
+from attnmt.data.vectors import read_vec, vec_words
 from attnmt.device import configure, resolve_device
 from attnmt.errors import CheckpointError, ConfigError, DataError, TrainingError
 from attnmt.evaluate import corpus_scores
 from attnmt.memory import peak_rss_mib
-from attnmt.model.transformer import Transformer, count_parameters
+from attnmt.model.transformer import Transformer, count_parameters, load_pretrained_embeddings
 from attnmt.precision import autocast, grad_scaler, training_precision
 from attnmt.search.greedy import greedy_search
 from attnmt.train import distributed
-from attnmt.train.checkpoint import (LAST_STATE, STEP_WEIGHTS, average_weights, load_state, save_state,
-                                     step_checkpoints)
-from attnmt.train.losses import chunked_label_smoothed_cross_entropy, label_smoothed_cross_entropy
+from attnmt.train.checkpoint import (EPOCH_WEIGHTS, LAST_STATE, STEP_WEIGHTS, average_weights, load_state,
+                                     save_state, step_checkpoints)
+from attnmt.train.losses import (chunked_label_smoothed_cross_entropy, label_smoothed_cross_entropy,
+                                 per_sentence_label_smoothed_cross_entropy)
 from attnmt.train.metrics import MetricsLog, Window
-from attnmt.train.schedules import learning_rate
+from attnmt.train.schedules import expected_updates, learning_rate
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +108,7 @@ class Progress:
     stop_reason: str | None = None  # set when training stopped; the final validation is then done
     finished: bool = False  # the final validation, averaging and the 'done' record are written
     log_bytes: int | None = None  # length of train_log.jsonl when the state was saved
+    expected_steps: float = float("inf")  # updates the time budget is expected to hold (schedule time_budget)
 
 
 @dataclass
@@ -164,7 +170,11 @@ def prepare_corpus(config: Config, run_dir: Path, resume: bool, data_dir: str | 
 
 def _shared_tokenizers(config: Config, run_dir: Path, resume: bool, src_lines: list[str], tgt_lines: list[str],
                        ranks: distributed.Ranks, device: torch.device | None) -> tuple[Tokenizer, Tokenizer]:
-    """Rank 0's tokenizers (trained, or reloaded on resume) on every rank."""
+    """Rank 0's tokenizers (trained, or reloaded on resume) on every rank.
+
+    Raises:
+        ConfigError: word-level vocabularies under several processes (not supported yet).
+    """
     protos = None
     if ranks.is_main:
         if resume:
@@ -172,6 +182,10 @@ def _shared_tokenizers(config: Config, run_dir: Path, resume: bool, src_lines: l
         else:
             src_tok, tgt_tok = _train_tokenizers(config, src_lines, tgt_lines)
             rundir.write_tokenizers(run_dir, src_tok, tgt_tok)
+        if not ranks.distributed:
+            return src_tok, tgt_tok
+        if isinstance(src_tok, WordTokenizer) or isinstance(tgt_tok, WordTokenizer):
+            raise ConfigError("tokenizer.kind word is not supported under torchrun yet; train in one process")
         protos = (src_tok.model_proto, None if tgt_tok is src_tok else tgt_tok.model_proto)
     protos = distributed.broadcast(protos, device or torch.device("cpu"))
     if ranks.is_main:
@@ -180,8 +194,24 @@ def _shared_tokenizers(config: Config, run_dir: Path, resume: bool, src_lines: l
     return src_tok, src_tok if protos[1] is None else Tokenizer(protos[1])
 
 
+def _train_word_tokenizers(config: Config, src_lines: list[str], tgt_lines: list[str]
+                           ) -> tuple[WordTokenizer, WordTokenizer]:
+    """Word vocabularies of each side (tokenizer.kind word); with ``require_vectors`` only words
+    that have a vector in ``model.src_vectors`` / ``model.tgt_vectors``."""
+    tc, mc = config.tokenizer, config.model
+    options = dict(lowercase=tc.lowercase, min_freq=tc.min_freq, max_vocab=tc.max_vocab, token_filter=tc.token_filter)
+    src_lang, tgt_lang = config.languages()
+    src_allowed = vec_words(mc.src_vectors) if tc.require_vectors else None
+    tgt_allowed = vec_words(mc.tgt_vectors) if tc.require_vectors else None
+    log.info("building word vocabularies (%s, %s) with spaCy's rule-based tokenizer", src_lang, tgt_lang)
+    return (WordTokenizer.train(src_lines, src_lang, allowed=src_allowed, **options),
+            WordTokenizer.train(tgt_lines, tgt_lang, allowed=tgt_allowed, **options))
+
+
 def _train_tokenizers(config: Config, src_lines: list[str], tgt_lines: list[str]) -> tuple[Tokenizer, Tokenizer]:
     tc = config.tokenizer
+    if tc.kind == "word":
+        return _train_word_tokenizers(config, src_lines, tgt_lines)
     options = dict(vocab_size=tc.vocab_size, model_type=tc.model_type, character_coverage=tc.character_coverage,
                    max_sentences=tc.max_sentences, seed=config.train.seed)
     if tc.joint:
@@ -200,26 +230,32 @@ class BatchLoss(torch.nn.Module):
     Args:
         model: the Transformer.
         label_smoothing: epsilon_ls (paper section 5.4).
+        per_sentence: the objective is the sum of each sentence's mean loss per token
+            (``train.loss_normalization: sentences``), else the summed loss.
     """
 
-    def __init__(self, model: Transformer, label_smoothing: float):
+    def __init__(self, model: Transformer, label_smoothing: float, per_sentence: bool = False):
         super().__init__()
-        self.model, self.label_smoothing = model, label_smoothing
+        self.model, self.label_smoothing, self.per_sentence = model, label_smoothing, per_sentence
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, S), (B, T), (B, T) int64 ids -> summed label-smoothed loss and summed NLL over
-        the non-pad targets (float32 scalars)."""
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B, S), (B, T), (B, T) int64 ids -> (objective, summed label-smoothed loss, summed
+        NLL) over the non-pad targets (float32 scalars); the objective is what is minimised."""
         eps, target = self.label_smoothing, tgt_out.flatten()  # (B*T,)
+        if self.per_sentence and torch.is_grad_enabled():
+            return per_sentence_label_smoothed_cross_entropy(self.model(src, tgt_in), tgt_out, eps, PAD_ID)
         if not CHUNKED_LOSS:
             logits = self.model(src, tgt_in)  # (B, T, V)
-            return label_smoothed_cross_entropy(logits.flatten(0, 1), target, eps, PAD_ID)
+            loss, nll = label_smoothed_cross_entropy(logits.flatten(0, 1), target, eps, PAD_ID)
+            return loss, loss, nll
         # Speed switch (memory): the loss from the decoder states and the output projection.
         memory, src_mask, _ = self.model.encode(src)
         states, _, _ = self.model.decoder.features(tgt_in, memory, src_mask)  # (B, T, D)
         projection = self.model.decoder.output_projection
-        return chunked_label_smoothed_cross_entropy(states.flatten(0, 1), projection.weight, target, eps, PAD_ID,
-                                                    projection.bias)
+        loss, nll = chunked_label_smoothed_cross_entropy(states.flatten(0, 1), projection.weight, target, eps, PAD_ID,
+                                                         projection.bias)
+        return loss, loss, nll
 
 
 class Trainer:
@@ -258,6 +294,8 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)  # after the corpus: a data error leaves no directory
             rundir.write_config(config, self.run_dir)
         self.model = Transformer(config.model, len(self.data.src_tok), len(self.data.tgt_tok), pad_id=PAD_ID)
+        if state is None:
+            self._load_vectors()
         self.model.to(self.device)
         if self.device.type == "cuda":  # speed switch: PyTorch's fused attention kernels on GPUs
             self.model.set_fused_attention(encoder=True, decoder=True)
@@ -269,12 +307,17 @@ class Trainer:
         # PyTorch's one-kernel Adam update (same update rule), on CPUs and CUDA GPUs.
         self.optimizer = torch.optim.Adam(self.params, lr=1.0, betas=tc.adam_betas, eps=tc.adam_eps,
                                           weight_decay=tc.weight_decay, fused=self.device.type in ("cpu", "cuda"))
+        if tc.optimizer == "sgd":
+            self.optimizer = torch.optim.SGD(self.params, lr=1.0, momentum=tc.momentum, nesterov=tc.nesterov,
+                                             weight_decay=tc.weight_decay)
+        self.state = Progress()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda i: learning_rate(
             tc.schedule, i + 1, d_model=config.model.d_model, lr=tc.lr, lr_factor=tc.lr_factor,
-            warmup_steps=tc.warmup_steps))
+            warmup_steps=tc.warmup_steps, first_decay_steps=tc.first_decay_steps, t_mul=tc.t_mul, m_mul=tc.m_mul,
+            alpha=tc.alpha, expected_steps=self.state.expected_steps, warmup_fraction=tc.warmup_fraction,
+            budget_decay=tc.budget_decay))
         self.scaler = grad_scaler(self.precision, self.device.type)
-        self.loss = BatchLoss(self.model, tc.label_smoothing)
-        self.state = Progress()
+        self.loss = BatchLoss(self.model, tc.label_smoothing, per_sentence=tc.loss_normalization == "sentences")
         if state is not None:
             self._restore(state)
         elif self.ranks.rank > 0:
@@ -288,6 +331,25 @@ class Trainer:
         self._last_lr = 0.0  # the learning rate of the latest update
         self.signals = distributed.StopSignals()
         self.interrupted_by: str | None = None  # the signal that stopped the run
+        self.epoch_window = Window()  # loss and time of the epoch in progress
+        self.last_valid: dict = {}  # the latest validation's result
+        self.setup_seconds = 0.0  # wall clock before the first update of this process
+
+    def _load_vectors(self) -> None:
+        """Copy the pretrained vectors of ``model.src_vectors`` / ``model.tgt_vectors`` into the
+        embeddings (word vocabularies only); other rows keep their initialisation."""
+        mc = self.config.model
+        for path, tok, emb in ((mc.src_vectors, self.data.src_tok, self.model.encoder.embedding),
+                               (mc.tgt_vectors, self.data.tgt_tok, self.model.decoder.embedding)):
+            if path is None:
+                continue
+            if not isinstance(tok, WordTokenizer):
+                raise ConfigError("model.src_vectors/tgt_vectors need tokenizer.kind word")
+            try:
+                filled = load_pretrained_embeddings(emb, tok.words, read_vec(path, set(tok.words)), EOS_ID + 1)
+            except ValueError as e:
+                raise ConfigError(f"{path}: {e}") from None
+            log.info("%s: pretrained vectors for %d of %d words", path, filled, len(tok.words))
 
     def _check_run_dir(self, resume: bool) -> dict | None:
         """The state to resume from (None for a new run); refuses to overwrite a run."""
@@ -356,16 +418,20 @@ class Trainer:
     def batch_loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed label-smoothed loss and summed NLL of one teacher-forced batch (float32
         scalars), by the model itself (not through DistributedDataParallel): for validation."""
-        return self.loss(batch.src, batch.tgt_in, batch.tgt_out)
+        return self.loss(batch.src, batch.tgt_in, batch.tgt_out)[1:]
 
-    def train_step(self, batches: list[Batch], tokens: int | None = None) -> tuple[float, float, int] | None:
+    def train_step(self, batches: list[Batch], tokens: int | None = None, sentences: int | None = None
+                   ) -> tuple[float, float, int] | None:
         """One update from this process's ``batches`` (on the device; gradients accumulated).
 
         Each batch's summed loss is divided by ``tokens``, the target tokens of the whole update
         (all processes; default: those of ``batches``), and multiplied by the number of
         processes, whose gradients DistributedDataParallel averages; the inner batches skip
-        that synchronisation (``no_sync``). Then the loss scaler (fp16 only) unscales the
-        gradients, their norm is clipped to ``clip_norm``, and Adam and the schedule step.
+        that synchronisation (``no_sync``). With ``loss_normalization: sentences`` each
+        sentence's mean loss is summed instead and divided by ``sentences`` (all processes).
+        Then the loss scaler (fp16 only) unscales the gradients, their norm is clipped to
+        ``clip_norm``, and the optimizer and the schedule step (``time_budget`` first refits
+        the expected number of updates).
 
         Returns:
             (summed loss, summed NLL, target tokens) of this process's batches, or None when
@@ -375,14 +441,16 @@ class Trainer:
         """
         local_tokens = sum(b.num_tgt_tokens for b in batches)
         tokens = tokens or local_tokens
-        scale = self.ranks.world_size / tokens
+        sentences = sentences or sum(b.tgt_out.size(0) for b in batches)
+        per_sentence = self.config.train.loss_normalization == "sentences"
+        scale = self.ranks.world_size / (sentences if per_sentence else tokens)
         loss_sum = nll_sum = 0.0
         for i, b in enumerate(batches):
             inner = self.ranks.distributed and i < len(batches) - 1
             with self.ddp_loss.no_sync() if inner else contextlib.nullcontext():  # type: ignore[operator]
                 with autocast(self.precision, self.device.type):
-                    loss, nll = self.ddp_loss(b.src, b.tgt_in, b.tgt_out)
-                self.scaler.scale(loss * scale).backward()
+                    objective, loss, nll = self.ddp_loss(b.src, b.tgt_in, b.tgt_out)
+                self.scaler.scale(objective * scale).backward()
             loss_sum += loss.item()
             nll_sum += nll.item()
         self.scaler.unscale_(self.optimizer)
@@ -400,9 +468,12 @@ class Trainer:
         self.state.nonfinite_in_a_row = 0
         self.scaler.step(self.optimizer)  # skipped (fp16) when a gradient is inf or NaN
         self.scaler.update()
+        self.state.step += 1
+        if self.config.train.schedule == "time_budget":  # refit to the update rate measured so far
+            self.state.expected_steps = expected_updates(self.state.step, self.elapsed() - self.setup_seconds,
+                                                         self.config.train.max_minutes * 60 - self.setup_seconds)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.state.step += 1
         return loss_sum, nll_sum, local_tokens
 
     def skip_nonfinite(self, loss: float, grad_norm: float) -> None:
@@ -477,6 +548,7 @@ class Trainer:
             result = self._validate_and_save()
         result, self.state.bad_validations, self.valid_seconds = distributed.broadcast(
             (result, self.state.bad_validations, self.valid_seconds), self.device)
+        self.last_valid = result
         return result
 
     def _validate_and_save(self) -> dict:
@@ -563,6 +635,34 @@ class Trainer:
 
     # ---- the loop -----------------------------------------------------------------------------
 
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        """The training batches of ``epoch`` (example indices): by ``batch_sentences`` when set,
+        else by ``batch_tokens``."""
+        tc, lengths = self.config.train, self.data.train.lengths()
+        if tc.batch_sentences:
+            return sentence_batches(lengths, tc.batch_sentences, seed=tc.seed, epoch=epoch)
+        return token_batches(lengths, tc.batch_tokens, seed=tc.seed, epoch=epoch)
+
+    def end_epoch(self) -> None:
+        """After a full epoch: with ``validate_every_epoch``, validate and log an 'epoch' record
+        (train loss and perplexity over the epoch, valid loss and perplexity, the epoch's
+        seconds); with ``epoch_checkpoints``, keep the weights as checkpoints/epoch_N.safetensors."""
+        tc, s = self.config.train, self.state
+        train = self.epoch_window.summary()
+        seconds = time.monotonic() - self.epoch_window.start
+        if tc.epoch_checkpoints and self.ranks.is_main:
+            rundir.save_weights(self.model, self.run_dir / EPOCH_WEIGHTS.format(epoch=s.epoch + 1),
+                                {"step": str(s.step), "epoch": str(s.epoch + 1)})
+        if not tc.validate_every_epoch:
+            return
+        valid = self.validate() if s.step % tc.valid_every else self.last_valid
+        if not self.ranks.is_main:
+            return
+        self.metrics.write("epoch", epoch=s.epoch + 1, step=s.step, train_loss=train["loss"], train_ppl=train["ppl"],
+                           valid_loss=valid["valid_loss"], valid_ppl=valid["valid_ppl"], epoch_seconds=round(seconds, 3))
+        log.info("epoch %d: train loss %.3f ppl %.2f | valid loss %.3f ppl %.2f | %.1f s", s.epoch + 1, train["loss"],
+                 train["ppl"], valid["valid_loss"] or 0, valid["valid_ppl"] or 0, seconds)
+
     def stop_reason(self) -> str | None:
         """Why training must stop after the update just done, or None to go on (this process's
         view; the loop makes the processes agree)."""
@@ -606,14 +706,15 @@ class Trainer:
         stop flags (any process's stop reason stops all)."""
         tc, s, device = self.config.train, self.state, self.device
         while (built := self._next_update(batches)) is not None:
-            local = sum(b.num_tgt_tokens for b in built)
-            tokens, signalled = distributed.all_reduce_sum([local, self.signals.received is not None], device)
+            local, local_sentences = sum(b.num_tgt_tokens for b in built), sum(b.tgt_out.size(0) for b in built)
+            tokens, sentences, signalled = distributed.all_reduce_sum(
+                [local, local_sentences, self.signals.received is not None], device)
             if signalled:
                 self.interrupted_by = self.signals.received or "SIGTERM"
                 return f"interrupted by {self.interrupted_by}"
             t0 = time.monotonic()
             self._last_lr = self.scheduler.get_last_lr()[0]  # the rate of this update
-            done = self.train_step([b.to(device) for b in built], int(tokens))
+            done = self.train_step([b.to(device) for b in built], int(tokens), int(sentences))
             s.batch_in_epoch += min(self.ranks.world_size * tc.accum_steps, len(batches) - s.batch_in_epoch)
             if done is None:  # a non-finite update, skipped (on every process)
                 continue
@@ -623,6 +724,7 @@ class Trainer:
             reason = reason or ("another process stopped" if stops else None)
             self.run_tokens, self.run_seconds = self.run_tokens + int(tokens), self.run_seconds + time.monotonic() - t0
             self.window.add(int(tokens), loss, nll)
+            self.epoch_window.add(int(tokens), loss, nll)
             self.bar.update(1)
             if s.step % tc.log_every == 0 and self.ranks.is_main:
                 self._log_window()
@@ -695,14 +797,16 @@ class Trainer:
         """Epochs of updates until a stop condition or a stop signal; returns the reason."""
         tc, s = self.config.train, self.state
         self.model.train()
+        self.setup_seconds = self.elapsed()
         self.bar = tqdm(total=tc.max_steps, initial=s.step, disable=None if self.progress_bar and self.ranks.is_main
                         else True, unit="upd", dynamic_ncols=True, desc="train")
         reason = self.due_stop() if s.step else None
         with self.signals:
             while reason is None:
-                batches = token_batches(self.data.train.lengths(), tc.batch_tokens, seed=tc.seed, epoch=s.epoch)
-                reason = self._run_epoch(batches)
+                self.epoch_window = Window()
+                reason = self._run_epoch(self.epoch_batches(s.epoch))
                 if reason is None:
+                    self.end_epoch()
                     s.epoch, s.batch_in_epoch = s.epoch + 1, 0
                     if tc.max_epochs and s.epoch >= tc.max_epochs:
                         reason = f"reached max_epochs {tc.max_epochs}"
@@ -712,7 +816,7 @@ class Trainer:
 
     def _result(self, reason: str | None = None) -> TrainResult:
         tc, s = self.config.train, self.state
-        per_epoch = len(token_batches(self.data.train.lengths(), tc.batch_tokens, seed=tc.seed, epoch=s.epoch))
+        per_epoch = len(self.epoch_batches(s.epoch))
         return TrainResult(steps=s.step, epochs_done=s.epoch + s.batch_in_epoch / max(per_epoch, 1),
                            minutes=self.elapsed() / 60, best_valid_bleu=s.best_bleu, best_valid_ppl=s.best_ppl,
                            tgt_tokens_per_second=self.run_tokens / max(self.run_seconds, 1e-9),

@@ -1,0 +1,117 @@
+"""The presets in configs/: each loads and validates and says what it reproduces; the word-level
+and the frozen-embedding presets train a few updates from the CLI on (a slice of) Multi30k and
+translate."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from attnmt.config import load_config
+from attnmt.data.tokenizers import WordTokenizer
+from attnmt.data.vectors import write_vec
+
+REPO = Path(__file__).resolve().parents[1]
+PRESETS = sorted((REPO / "configs").glob("*.yaml"))
+
+
+@pytest.fixture
+def multi30k_dir() -> Path:
+    """The directory holding multi30k/*.gz: ../shared/data beside the clone, else $ATTNMT_DATA
+    (a worktree elsewhere); the test is skipped where neither has it."""
+    for root in (REPO.parent / "shared" / "data", Path(os.environ.get("ATTNMT_DATA", "/nonexistent"))):
+        if (root / "multi30k" / "train.de.gz").is_file():
+            return root
+    pytest.skip("Multi30k not found in ../shared/data or $ATTNMT_DATA")
+
+
+@pytest.mark.parametrize("path", PRESETS, ids=[p.stem for p in PRESETS])
+def test_preset_loads_validates_and_names_its_source(path):
+    config = load_config(path)
+    assert config.data.dataset == "multi30k"
+    assert path.read_text().startswith("# ")  # a comment saying what it reproduces
+    assert "_".join(config.data.pair.split("-")) in path.stem
+
+
+def test_all_reference_presets_exist():
+    names = {p.stem for p in PRESETS}
+    assert {"tutorial_word_de_en", "spm_base_fr_en", "prenorm_frozen_de_en", "paper_base_de_en", "multi30k_de_en",
+            "multi30k_en_de", "multi30k_en_fr"} <= names
+
+
+def _slice(multi30k_dir, tmp_path, split, lang, n):
+    lines = gzip.decompress((multi30k_dir / "multi30k" / f"{split}.{lang}.gz").read_bytes()).decode().splitlines()
+    path = tmp_path / f"{split}.{lang}"
+    path.write_text("\n".join(lines[:n]) + "\n")
+    return path
+
+
+def _cli(*args, cwd=REPO):
+    proc = subprocess.run([sys.executable, "-m", "attnmt", "-q", *args], capture_output=True, text=True,
+                          timeout=600, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _smoke(multi30k_dir, tmp_path, preset, extra=()):
+    """Train ``preset`` for 3 updates on the first 1,000 Multi30k training pairs (20 for
+    validation, without BLEU) with the preset's own settings otherwise; returns the run
+    directory."""
+    files = {f"{split}_{side}": _slice(multi30k_dir, tmp_path, name, lang, n)
+             for split, name, n in (("train", "train", 1000), ("valid", "val", 20))
+             for side, lang in (("src", "de"), ("tgt", "en"))}
+    run_dir = tmp_path / "run"
+    sets = ["data.dataset=null", "data.pair=null", "tokenizer.src_lang=de", "tokenizer.tgt_lang=en",
+            "train.max_steps=3", "train.log_every=1", "train.max_minutes=null", "train.valid_bleu=false",
+            "train.num_threads=1", "train.batch_sentences=16", *extra,
+            *(f"data.{key}={path}" for key, path in files.items())]
+    _cli("train", str(REPO / "configs" / preset), "--output", str(run_dir), *(x for s in sets for x in ("--set", s)))
+    return run_dir
+
+
+def _records(run_dir):
+    return [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
+
+
+def test_word_level_tutorial_preset_trains_and_translates(multi30k_dir, tmp_path):
+    run_dir = _smoke(multi30k_dir, tmp_path, "tutorial_word_de_en.yaml")
+    assert [r["step"] for r in _records(run_dir) if r["kind"] == "train"] == [1, 2, 3]
+    src = WordTokenizer.load(run_dir / "src.vocab.json")
+    assert src.lowercase and 500 < len(src) < 2000  # words seen twice in 1,000 sentences
+    (tmp_path / "five.de").write_text("\n".join((tmp_path / "val.de").read_text().splitlines()[:5]) + "\n")
+    out = _cli("translate", "--model", str(run_dir), "--scores", "--beam-size", "1", "--threads", "1",
+               "--input", str(tmp_path / "five.de"))
+    lines = out.splitlines()
+    assert len(lines) == 5 and all(line.count(" ||| ") == 4 for line in lines)
+
+
+def test_frozen_embedding_preset_trains_with_vectors_from_a_vec_file(multi30k_dir, tmp_path):
+    rng = random.Random(0)
+    train_lines = _slice(multi30k_dir, tmp_path, "train", "de", 1000).read_text().splitlines()
+    words = {t for s in WordTokenizer([], "de", True, "alpha_punct").tokenize(train_lines[:300]) for t in s}
+    vectors = {w: [rng.uniform(-1, 1) for _ in range(300)] for w in sorted(words)}
+    write_vec(tmp_path / "de.vec", vectors)
+    en_words = {t for s in WordTokenizer([], "en", True, "alpha_punct").tokenize(
+        _slice(multi30k_dir, tmp_path, "train", "en", 300).read_text().splitlines()) for t in s}
+    write_vec(tmp_path / "en.vec", {w: [0.5] * 300 for w in en_words})
+    run_dir = _smoke(multi30k_dir, tmp_path, "prenorm_frozen_de_en.yaml",
+                     [f"model.src_vectors={tmp_path / 'de.vec'}", f"model.tgt_vectors={tmp_path / 'en.vec'}"])
+    src = WordTokenizer.load(run_dir / "src.vocab.json")
+    assert set(src.words) <= words  # only words with a vector
+    weights = load_file(str(run_dir / "model.safetensors"))
+    row = weights["encoder.embedding.weight"][src.stoi["mann"]]
+    assert row.tolist() == pytest.approx(vectors["mann"], abs=1e-6)  # loaded, and frozen for 3 updates
+    assert "encoder.position_scale" in weights
+    (tmp_path / "five.de").write_text("\n".join((tmp_path / "val.de").read_text().splitlines()[:5]) + "\n")
+    out = _cli("translate", "--model", str(run_dir), "--scores", "--beam-size", "2", "--threads", "1",
+               "--input", str(tmp_path / "five.de"))
+    lines = out.splitlines()
+    assert len(lines) == 5 and all(line.count(" ||| ") == 4 for line in lines)
