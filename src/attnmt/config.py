@@ -86,6 +86,16 @@ class ModelConfig(_Section):
     output_bias: bool = Field(False, description="a learned bias on the logits; the paper has none")
     activation: Literal["relu", "swish", "gelu"] = Field(
         "relu", description="feed-forward activation; the paper's is relu (equation 2)")
+    positional_layout: Literal["interleaved", "halves"] = Field(
+        "interleaved", description="sinusoid layout: sin and cos interleaved on even and odd dimensions "
+        "(the paper, section 3.5), or all sines in the first half and all cosines in the second (tensor2tensor, "
+        "MarianMT, CTranslate2)")
+    scale_embedding: bool = Field(True, description="multiply embeddings by sqrt(d_model) (the paper, section 3.4)")
+    decoder_start_id: int = Field(2, ge=0, description="the id fed to the decoder first: BOS (2) in attnmt's "
+                                  "vocabularies; an imported MarianMT model starts from its pad token (0)")
+    forbidden_ids: list[int] = Field(
+        default_factory=list, description="ids search never outputs: their log-probability is set to -inf after "
+        "the log-softmax (the others are not renormalised); none in the paper, MarianMT forbids its pad token")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "ModelConfig":
@@ -140,7 +150,7 @@ class DecodeConfig(_Section):
 class Config(_Section):
     """The whole configuration of a run."""
 
-    data: DataConfig
+    data: DataConfig | None = Field(None, description="the training corpus; absent in imported models")
     tokenizer: TokenizerConfig = TokenizerConfig()
     model: ModelConfig = ModelConfig()
     train: TrainConfig = TrainConfig()

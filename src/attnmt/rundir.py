@@ -2,6 +2,8 @@
 
     RUN_DIR/config.yaml        the validated configuration (``attnmt.config.Config``)
     RUN_DIR/spm.model          joint SentencePiece model, or src.spm.model and tgt.spm.model
+    RUN_DIR/vocab.json         with src.spm.model and tgt.spm.model: the shared vocabulary of an
+                               imported MarianMT model (a JSON list, the piece of each id)
     RUN_DIR/model.safetensors  the weights translation uses
 
 Training adds its resumable state under ``RUN_DIR/checkpoints/`` (``attnmt.train.checkpoint``),
@@ -15,6 +17,7 @@ Library: safetensors, PyYAML.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -25,13 +28,14 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from attnmt.config import Config, config_from_dict
-from attnmt.data.tokenizers import Tokenizer
+from attnmt.data.tokenizers import Tokenizer, VocabTokenizer
 from attnmt.errors import CheckpointError
 from attnmt.model.transformer import Transformer
 
 CONFIG = "config.yaml"
 WEIGHTS = "model.safetensors"
 JOINT_SPM, SRC_SPM, TGT_SPM = "spm.model", "src.spm.model", "tgt.spm.model"
+VOCAB = "vocab.json"
 
 
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
@@ -78,9 +82,12 @@ def read_config(run_dir: str | Path) -> Config:
 
 def write_tokenizers(run_dir: str | Path, src: Tokenizer, tgt: Tokenizer) -> None:
     """Write ``spm.model`` when source and target share one model, else ``src.spm.model`` and
-    ``tgt.spm.model``."""
+    ``tgt.spm.model`` (and ``vocab.json`` for :class:`VocabTokenizer`)."""
     run_dir = Path(run_dir)
-    if src is tgt:
+    if isinstance(src, VocabTokenizer):
+        text = json.dumps(src.vocab, ensure_ascii=False)
+        atomic_write(run_dir / VOCAB, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    if src is tgt and not isinstance(src, VocabTokenizer):
         atomic_write(run_dir / JOINT_SPM, src.save)
     else:
         atomic_write(run_dir / SRC_SPM, src.save)
@@ -94,6 +101,15 @@ def read_tokenizers(run_dir: str | Path) -> tuple[Tokenizer, Tokenizer]:
         CheckpointError: neither ``spm.model`` nor ``src.spm.model``/``tgt.spm.model`` exists.
     """
     run_dir = Path(run_dir)
+    if (run_dir / VOCAB).is_file():
+        try:
+            vocab = json.loads((run_dir / VOCAB).read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise CheckpointError(f"{run_dir / VOCAB}: not JSON: {e}") from None
+        if not isinstance(vocab, list) or not all(isinstance(p, str) for p in vocab):
+            raise CheckpointError(f"{run_dir / VOCAB}: expected a JSON list of pieces")
+        return (VocabTokenizer.load_with_vocab(run_dir / SRC_SPM, vocab),
+                VocabTokenizer.load_with_vocab(run_dir / TGT_SPM, vocab))
     if (run_dir / JOINT_SPM).is_file():
         tok = Tokenizer.load(run_dir / JOINT_SPM)
         return tok, tok

@@ -33,16 +33,17 @@ from attnmt.model.positional import LearnedPositionalEmbedding, SinusoidalPositi
 class ScaledEmbedding(nn.Module):
     """Token embedding times sqrt(d_model) (section 3.4): (B, T) int64 -> (B, T, D).
 
-    The padding id's row is zero and receives no gradient."""
+    The padding id's row is zero and receives no gradient. ``scale=False`` leaves out the
+    sqrt(d_model) factor (``ModelConfig.scale_embedding``)."""
 
-    def __init__(self, vocab_size: int, d_model: int, pad_id: int):
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int, scale: bool = True):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
         nn.init.normal_(self.weight, std=d_model ** -0.5)
         with torch.no_grad():
             self.weight[pad_id].zero_()
         self.pad_id = pad_id
-        self.scale = math.sqrt(d_model)
+        self.scale = math.sqrt(d_model) if scale else 1.0
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return nn.functional.embedding(tokens, self.weight, padding_idx=self.pad_id) * self.scale
@@ -51,7 +52,7 @@ class ScaledEmbedding(nn.Module):
 def _positions(cfg: ModelConfig) -> nn.Module:
     if cfg.positional == "learned":
         return LearnedPositionalEmbedding(cfg.d_model, cfg.max_positions)
-    return SinusoidalPositionalEncoding(cfg.d_model, cfg.max_positions)
+    return SinusoidalPositionalEncoding(cfg.d_model, cfg.max_positions, cfg.positional_layout)
 
 
 @dataclass
@@ -159,8 +160,9 @@ class Transformer(nn.Module):
             raise ValueError("share_embeddings needs a joint vocabulary (equal source and target sizes)")
         self.config = cfg
         self.pad_id = pad_id
-        src_embedding = ScaledEmbedding(src_vocab_size, cfg.d_model, pad_id)
-        tgt_embedding = src_embedding if cfg.share_embeddings else ScaledEmbedding(tgt_vocab_size, cfg.d_model, pad_id)
+        src_embedding = ScaledEmbedding(src_vocab_size, cfg.d_model, pad_id, cfg.scale_embedding)
+        tgt_embedding = src_embedding if cfg.share_embeddings else ScaledEmbedding(
+            tgt_vocab_size, cfg.d_model, pad_id, cfg.scale_embedding)
         self.encoder = Encoder(cfg, src_embedding)
         self.decoder = Decoder(cfg, tgt_embedding, tgt_vocab_size)
         for name, p in self.named_parameters():
@@ -203,10 +205,11 @@ class Transformer(nn.Module):
             cache: grown in place by one position.
         Returns:
             (B, V) log-probabilities in the model's dtype (for a bfloat16 model computed in
-            float32 by the log-softmax kernel and rounded to bfloat16).
+            float32 by the log-softmax kernel and rounded to bfloat16); -inf for the
+            ``forbidden_ids`` of the configuration.
         """
         logits = self.decoder(tokens, memory, src_mask, cache).logits[:, -1]  # (B, V)
-        return torch.log_softmax(logits, dim=-1)
+        return forbid(torch.log_softmax(logits, dim=-1), self.config.forbidden_ids)
 
     def set_fused_attention(self, encoder: bool, decoder: bool) -> None:
         """Turn the fused attention kernel (``MultiHeadAttention.fused``) on or off in the
@@ -215,6 +218,15 @@ class Transformer(nn.Module):
             for module in part.modules():
                 if isinstance(module, MultiHeadAttention):
                     module.fused = fused
+
+
+def forbid(logp: torch.Tensor, ids: list[int]) -> torch.Tensor:
+    """``logp`` (B, V) with the columns ``ids`` set to -inf, so that search never picks them
+    (``ModelConfig.forbidden_ids``; applied after the log-softmax, as transformers' generate does
+    with ``bad_words_ids``)."""
+    if ids:
+        logp[:, ids] = float("-inf")
+    return logp
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -444,6 +444,8 @@ class Trainer:
 def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: str | None = None,
           progress: bool = True) -> TrainResult:
     """``Trainer(config, run_dir, resume, data_dir, progress).run()``: see :class:`Trainer`."""
+    if config.data is None:
+        raise ConfigError("the configuration has no data section: nothing to train on")
     return Trainer(config, run_dir, resume, data_dir, progress).run()
 
 
