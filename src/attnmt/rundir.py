@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -116,6 +117,14 @@ def read_tokenizers(run_dir: str | Path) -> tuple[Tokenizer, Tokenizer]:
     if (run_dir / SRC_SPM).is_file():
         return Tokenizer.load(run_dir / SRC_SPM), Tokenizer.load(run_dir / TGT_SPM)
     raise CheckpointError(f"{run_dir}: no SentencePiece model ({JOINT_SPM} or {SRC_SPM}) in the model directory")
+
+
+def copy_translation_files(model_dir: str | Path, output: str | Path) -> None:
+    """Copy what translation needs besides the weights (config.yaml, the SentencePiece models,
+    vocab.json) from a model directory into another directory, e.g. an exported model's."""
+    for name in (CONFIG, JOINT_SPM, SRC_SPM, TGT_SPM, VOCAB):
+        if (Path(model_dir) / name).is_file():
+            atomic_write(Path(output) / name, lambda tmp, name=name: shutil.copyfile(Path(model_dir) / name, tmp))
 
 
 def save_weights(model: nn.Module, path: str | Path, metadata: dict[str, str] | None = None) -> None:

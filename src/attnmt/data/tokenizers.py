@@ -95,6 +95,10 @@ class Tokenizer:
         """The subword strings of ids (e.g. '▁Mann'), for display."""
         return [self._sp.id_to_piece(i) for i in ids]
 
+    def piece_ids(self, pieces: list[str]) -> list[int]:
+        """The ids of subword strings (UNK_ID for unknown ones): the inverse of :meth:`pieces`."""
+        return [self._sp.piece_to_id(p) for p in pieces]
+
 
 class VocabTokenizer(Tokenizer):
     """SentencePiece pieces mapped to ids by a separate vocabulary, MarianMT's layout (one shared
@@ -142,3 +146,6 @@ class VocabTokenizer(Tokenizer):
 
     def pieces(self, ids: list[int]) -> list[str]:
         return [self.vocab[i] for i in ids]
+
+    def piece_ids(self, pieces: list[str]) -> list[int]:
+        return [self._ids.get(p, UNK_ID) for p in pieces]
