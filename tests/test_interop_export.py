@@ -4,11 +4,11 @@ test_end_to_end, a short run): they must translate as attnmt's own beam search d
 from __future__ import annotations
 
 import random
-import subprocess
 import sys
 
 import pytest
 
+from attnmt.cli import main
 from attnmt.config import config_from_dict
 from attnmt.decode.translator import Translator
 from attnmt.errors import AttnmtError
@@ -87,25 +87,24 @@ def test_onnxruntime_equals_native_search(trained, tmp_path):
     assert _agreement(greedy_native, onnx_tr.translate(sentences, beam_size=1, batch_size=7)) >= 0.95
 
 
-def test_cli_export_and_engines(trained, tmp_path):
+def test_cli_export_and_engines(trained, tmp_path, capsys):
     """``attnmt export`` then ``attnmt translate --engine``: one line out per line in, the
     Python API's translations; an export into a non-empty directory is a one-line error."""
     run_dir, _, sentences, _ = trained
     (tmp_path / "in.txt").write_text("\n".join(sentences[:8]) + "\n\n")
-    cli = [sys.executable, "-m", "attnmt", "-q"]
-    outputs = {}
-    for fmt, engine in (("ctranslate2", "ctranslate2"), ("onnx", "onnxruntime")):
-        subprocess.run(cli + ["export", fmt, "--model", str(run_dir), "--output", str(tmp_path / fmt)], check=True)
-        proc = subprocess.run(cli + ["translate", "--engine", engine, "--model", str(tmp_path / fmt), "--input",
-                                     str(tmp_path / "in.txt"), "--beam-size", "4"],
-                              check=True, capture_output=True, text=True)
-        outputs[engine] = proc.stdout.split("\n")
-        assert len(outputs[engine]) == 10 and outputs[engine][8] == ""  # 9 lines (one empty) + final newline
     native = Translator.from_dir(run_dir).translate(sentences[:8], beam_size=4)
-    assert sum(o == t.text for o, t in zip(outputs["onnxruntime"], native)) >= 7
-    proc = subprocess.run(cli + ["export", "onnx", "--model", str(run_dir), "--output", str(tmp_path / "onnx")],
-                          capture_output=True, text=True)
-    assert proc.returncode == 2 and proc.stderr.startswith("attnmt: error:") and proc.stderr.count("\n") == 1
+    for fmt, engine in (("ctranslate2", "ctranslate2"), ("onnx", "onnxruntime")):
+        assert main(["-q", "export", fmt, "--model", str(run_dir), "--output", str(tmp_path / fmt)]) == 0
+        capsys.readouterr()
+        assert main(["-q", "translate", "--engine", engine, "--model", str(tmp_path / fmt), "--input",
+                     str(tmp_path / "in.txt"), "--beam-size", "4"]) == 0
+        lines = capsys.readouterr().out.split("\n")
+        assert len(lines) == 10 and lines[8] == ""  # 9 lines (one empty) + the final newline
+        if engine == "onnxruntime":  # attnmt's own search, k = 5 as natively
+            assert sum(o == t.text for o, t in zip(lines, native)) >= 7
+    assert main(["export", "onnx", "--model", str(run_dir), "--output", str(tmp_path / "onnx")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnmt: error:") and err.count("\n") == 1
 
 
 def test_missing_extra_names_it(monkeypatch):
