@@ -34,11 +34,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
-def _plain(src: Path, dst: Path) -> Path:
-    """An uncompressed copy of a .gz file (ct2_translate.py reads plain text)."""
-    if not dst.is_file():
-        with gzip.open(src, "rt", encoding="utf-8") as f:
-            dst.write_text(f.read(), encoding="utf-8")
+def _plain(src: Path, dst: Path, limit: int | None) -> Path:
+    """An uncompressed copy of a .gz file (ct2_translate.py reads plain text), its first
+    ``limit`` lines if given."""
+    with gzip.open(src, "rt", encoding="utf-8") as f:
+        lines = f.read().splitlines()[:limit]
+    dst.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return dst
 
 
@@ -73,6 +74,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, required=True, help="directory holding multi30k/")
     ap.add_argument("--work", type=Path, default=HERE / "work" / "engines")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--limit", type=int, help="translate only the first N test sentences")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ct2-python", default=sys.executable, help="python with ctranslate2 and sentencepiece")
     ap.add_argument("--onmt-ct2", type=Path, help="a CTranslate2 model converted from OpenNMT-py (optional)")
@@ -80,8 +82,8 @@ def main() -> None:
     ap.add_argument("--onmt-compute-type", default="int8")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    args.src = _plain(args.data / "multi30k" / "test_2016_flickr.de.gz", args.work / "test.de")
-    ref = _plain(args.data / "multi30k" / "test_2016_flickr.en.gz", args.work / "test.en")
+    args.src = _plain(args.data / "multi30k" / "test_2016_flickr.de.gz", args.work / "test.de", args.limit)
+    ref = _plain(args.data / "multi30k" / "test_2016_flickr.en.gz", args.work / "test.en", args.limit)
     ct2_dir = args.work / "ct2-int8"
     if not (ct2_dir / "model.bin").is_file():
         _run([sys.executable, "-m", "attnmt", "export", "ctranslate2", "--model", str(args.model), "--output",
@@ -101,7 +103,7 @@ def main() -> None:
     from sacrebleu.metrics import BLEU
 
     refs = ref.read_text(encoding="utf-8").splitlines()
-    native = (args.work / f"0-0.hyp").read_text(encoding="utf-8").splitlines()
+    native = (args.work / "0-0.hyp").read_text(encoding="utf-8").splitlines()
     result = []
     print("| system | decode s (rounds) | process s | BLEU | lines = native |\n| --- | ---: | ---: | ---: | ---: |")
     for i, name in enumerate(names):
