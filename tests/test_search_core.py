@@ -30,7 +30,7 @@ class FakeModel:
 
     def __init__(self, table: dict[tuple, dict[int, float]], default: dict[int, float]):
         self.table, self.default = table, default
-        self.config = SimpleNamespace(max_positions=100)
+        self.config = SimpleNamespace(max_positions=100, decoder_start_id=BOS_ID)
         self.pad_id = PAD_ID
 
     def encode(self, src):

@@ -1,5 +1,5 @@
 """The ``attnmt`` command line: train, train-vectors, translate, evaluate, score, plot-attention,
-plot-training, serve.
+plot-training, serve, import (MarianMT) and export (CTranslate2, ONNX).
 
 User mistakes (bad options, bad configuration, missing, malformed or unwritable files, a full
 disk) print one line to stderr, ``attnmt: error: ...``, and exit with status 2; no traceback
@@ -176,9 +176,47 @@ def _translator(args: argparse.Namespace):
     return tr
 
 
+def _engine_translator(args: argparse.Namespace):
+    """The translator of ``--engine``: native (PyTorch), ctranslate2 or onnxruntime; the latter two
+    read an export directory (``attnmt export``) given as --model."""
+    engine = getattr(args, "engine", "native")
+    if engine == "native":
+        return _translator(args)
+    if args.weights or args.precision or args.attention:
+        raise AttnmtError(f"--weights, --precision and --attention apply to the native engine, not {engine}")
+    if engine == "ctranslate2":
+        from attnmt.interop.ctranslate2 import CTranslate2Translator
+
+        return CTranslate2Translator(args.model, compute_type=args.compute_type, threads=args.threads or 0)
+    from attnmt.interop.onnx import OnnxTranslator
+
+    return OnnxTranslator(args.model, threads=args.threads or 0)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from attnmt.interop.marian import import_marian
+
+    import_marian(args.source, args.output)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    if args.format == "ctranslate2":
+        from attnmt.interop.ctranslate2 import export_ctranslate2
+
+        export_ctranslate2(args.model, args.output, args.quantization)
+    else:
+        if args.quantization:
+            raise AttnmtError("--quantization applies to the ctranslate2 export only")
+        from attnmt.interop.onnx import export_onnx
+
+        export_onnx(args.model, args.output)
+    return 0
+
+
 def cmd_translate(args: argparse.Namespace) -> int:
     check_output_file(args.output, "--output")
-    tr = _translator(args)
+    tr = _engine_translator(args)
     lines = _read_input(args.input)
     t0 = time.perf_counter()
     beam_size = args.beam_size or max(tr.config.decode.beam_size, args.nbest)
@@ -411,6 +449,23 @@ def _add_serve_parser(sub) -> None:
     p.set_defaults(func=cmd_serve)
 
 
+def _add_interop_parsers(sub) -> None:
+    p = sub.add_parser("import", help="import another toolkit's model as an attnmt model directory")
+    p.add_argument("kind", choices=["marian"], help="marian: a Hugging Face MarianMT (OPUS-MT) model")
+    p.add_argument("source", help="a local MarianMT directory, or a Hub id such as Helsinki-NLP/opus-mt-de-en")
+    p.add_argument("--output", required=True, help="model directory to create")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("export", help="export a model directory for a fast inference engine")
+    p.add_argument("format", choices=["ctranslate2", "onnx"], help="CTranslate2 model, or ONNX graphs")
+    p.add_argument("--model", required=True, help="model directory (from 'attnmt train' or 'attnmt import')")
+    p.add_argument("--output", required=True, help="directory to create")
+    p.add_argument("--quantization", choices=["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
+                                               "float16", "bfloat16", "float32"],
+                   help="ctranslate2: weight type (default float32)")
+    p.set_defaults(func=cmd_export)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="attnmt", description="Transformer neural machine translation")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -436,7 +491,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nbest", type=positive_int, default=1, help="hypotheses per sentence (<= beam size)")
     p.add_argument("--scores", action="store_true", help="print scores and each token's probability")
     p.add_argument("--format", choices=["text", "jsonl"], default="text", help="output format")
+    p.add_argument("--engine", choices=["native", "ctranslate2", "onnxruntime"], default="native",
+                   help="native: PyTorch; ctranslate2 / onnxruntime: --model is a directory from 'attnmt export'")
+    p.add_argument("--compute-type", default="default",
+                   help="ctranslate2 engine: CTranslate2's compute type (default: the exported weights' type)")
     p.set_defaults(func=cmd_translate)
+
+    _add_interop_parsers(sub)
 
     p = sub.add_parser("score", help="log-probability and perplexity of given translations (forced decoding)")
     _add_decode_options(p)

@@ -129,6 +129,15 @@ class ModelConfig(_Section):
     init: Literal["default", "xavier_uniform"] = Field(
         "default", description="default: Xavier-uniform matrices, embeddings N(0, 1/d_model); xavier_uniform: "
         "Xavier-uniform for every matrix, embeddings and output layer included (the PyTorch tutorial)")
+    positional_layout: Literal["interleaved", "halves"] = Field(
+        "interleaved", description="sinusoid layout: sin and cos interleaved on even and odd dimensions "
+        "(the paper, section 3.5), or all sines in the first half and all cosines in the second (tensor2tensor, "
+        "MarianMT, CTranslate2)")
+    decoder_start_id: int = Field(2, ge=0, description="the id fed to the decoder first: BOS (2) in attnmt's "
+                                  "vocabularies; an imported MarianMT model starts from its pad token (0)")
+    forbidden_ids: list[int] = Field(
+        default_factory=list, description="ids search never outputs: their log-probability is set to -inf after "
+        "the log-softmax (the others are not renormalised); none in the paper, MarianMT forbids its pad token")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "ModelConfig":
@@ -233,7 +242,7 @@ class DecodeConfig(_Section):
 class Config(_Section):
     """The whole configuration of a run."""
 
-    data: DataConfig
+    data: DataConfig | None = Field(None, description="the training corpus; absent in imported models")
     tokenizer: TokenizerConfig = TokenizerConfig()
     model: ModelConfig = ModelConfig()
     train: TrainConfig = TrainConfig()
@@ -241,7 +250,7 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _lengths_fit(self) -> "Config":
-        if self.data.max_len + 1 > self.model.max_positions:
+        if self.data is not None and self.data.max_len + 1 > self.model.max_positions:
             raise ValueError(f"data.max_len ({self.data.max_len}) + 1 (EOS) must not exceed model.max_positions "
                              f"({self.model.max_positions})")
         return self
@@ -251,8 +260,8 @@ class Config(_Section):
             raise ValueError("train.schedule time_budget needs train.max_minutes")
         if self.tokenizer.require_vectors and (self.model.src_vectors is None or self.model.tgt_vectors is None):
             raise ValueError("tokenizer.require_vectors needs model.src_vectors and model.tgt_vectors")
-        if self.tokenizer.kind == "word" and self.data.pair is None and None in (self.tokenizer.src_lang,
-                                                                                 self.tokenizer.tgt_lang):
+        no_pair = self.data is None or self.data.pair is None
+        if self.tokenizer.kind == "word" and no_pair and None in (self.tokenizer.src_lang, self.tokenizer.tgt_lang):
             raise ValueError("tokenizer.kind word needs data.pair or tokenizer.src_lang and tokenizer.tgt_lang")
         if self.tokenizer.kind == "word" and self.tokenizer.joint:
             raise ValueError("tokenizer.kind word builds one vocabulary per side: set tokenizer.joint false")
@@ -260,7 +269,7 @@ class Config(_Section):
 
     def languages(self) -> tuple[str, str]:
         """(source, target) language codes: tokenizer.src_lang/tgt_lang, else from data.pair."""
-        pair = self.data.pair.split("-") if self.data.pair else [None, None]
+        pair = self.data.pair.split("-") if self.data is not None and self.data.pair else [None, None]
         return self.tokenizer.src_lang or pair[0], self.tokenizer.tgt_lang or pair[1]
 
 

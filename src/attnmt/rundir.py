@@ -3,6 +3,8 @@
     RUN_DIR/config.yaml        the validated configuration (``attnmt.config.Config``)
     RUN_DIR/spm.model          joint SentencePiece model, or src.spm.model and tgt.spm.model,
                                or the word vocabularies src.vocab.json and tgt.vocab.json
+    RUN_DIR/vocab.json         with src.spm.model and tgt.spm.model: the shared vocabulary of an
+                               imported MarianMT model (a JSON list, the piece of each id)
     RUN_DIR/model.safetensors  the weights translation uses
 
 Training adds its resumable state under ``RUN_DIR/checkpoints/`` (``attnmt.train.checkpoint``),
@@ -16,6 +18,7 @@ Library: safetensors, PyYAML.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -28,7 +31,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from attnmt.config import Config, config_from_yaml
-from attnmt.data.tokenizers import Tokenizer, WordTokenizer
+from attnmt.data.tokenizers import Tokenizer, VocabTokenizer, WordTokenizer
 from attnmt.errors import CheckpointError, ConfigError, WriteError
 from attnmt.model.transformer import Transformer
 
@@ -36,6 +39,7 @@ CONFIG = "config.yaml"
 WEIGHTS = "model.safetensors"
 JOINT_SPM, SRC_SPM, TGT_SPM = "spm.model", "src.spm.model", "tgt.spm.model"
 SRC_WORDS, TGT_WORDS = "src.vocab.json", "tgt.vocab.json"
+VOCAB = "vocab.json"
 
 
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
@@ -114,10 +118,13 @@ def read_config(run_dir: str | Path) -> Config:
 
 def write_tokenizers(run_dir: str | Path, src: Tokenizer | WordTokenizer, tgt: Tokenizer | WordTokenizer) -> None:
     """Write ``spm.model`` when source and target share one SentencePiece model, else
-    ``src.spm.model`` and ``tgt.spm.model`` (word vocabularies: ``src.vocab.json`` and
-    ``tgt.vocab.json``)."""
+    ``src.spm.model`` and ``tgt.spm.model`` (and ``vocab.json`` for :class:`VocabTokenizer`;
+    word vocabularies: ``src.vocab.json`` and ``tgt.vocab.json``)."""
     run_dir = Path(run_dir)
-    if src is tgt:
+    if isinstance(src, VocabTokenizer):
+        text = json.dumps(src.vocab, ensure_ascii=False)
+        atomic_write(run_dir / VOCAB, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    if src is tgt and not isinstance(src, VocabTokenizer):
         atomic_write(run_dir / src.FILE, src.save)
     else:
         atomic_write(run_dir / f"src.{src.FILE}", src.save)
@@ -132,6 +139,15 @@ def read_tokenizers(run_dir: str | Path) -> tuple[Tokenizer | WordTokenizer, Tok
             ``src.vocab.json``/``tgt.vocab.json`` exists.
     """
     run_dir = Path(run_dir)
+    if (run_dir / VOCAB).is_file():
+        try:
+            vocab = json.loads((run_dir / VOCAB).read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise CheckpointError(f"{run_dir / VOCAB}: not JSON: {e}") from None
+        if not isinstance(vocab, list) or not all(isinstance(p, str) for p in vocab):
+            raise CheckpointError(f"{run_dir / VOCAB}: expected a JSON list of pieces")
+        return (VocabTokenizer.load_with_vocab(run_dir / SRC_SPM, vocab),
+                VocabTokenizer.load_with_vocab(run_dir / TGT_SPM, vocab))
     if (run_dir / JOINT_SPM).is_file():
         tok = Tokenizer.load(run_dir / JOINT_SPM)
         return tok, tok
@@ -140,6 +156,14 @@ def read_tokenizers(run_dir: str | Path) -> tuple[Tokenizer | WordTokenizer, Tok
     if (run_dir / SRC_WORDS).is_file():
         return WordTokenizer.load(run_dir / SRC_WORDS), WordTokenizer.load(run_dir / TGT_WORDS)
     raise CheckpointError(f"{run_dir}: no tokenizer ({JOINT_SPM}, {SRC_SPM} or {SRC_WORDS}) in the model directory")
+
+
+def copy_translation_files(model_dir: str | Path, output: str | Path) -> None:
+    """Copy what translation needs besides the weights (config.yaml, the SentencePiece models,
+    vocab.json) from a model directory into another directory, e.g. an exported model's."""
+    for name in (CONFIG, JOINT_SPM, SRC_SPM, TGT_SPM, VOCAB, SRC_WORDS, TGT_WORDS):
+        if (Path(model_dir) / name).is_file():
+            atomic_write(Path(output) / name, lambda tmp, name=name: shutil.copyfile(Path(model_dir) / name, tmp))
 
 
 def save_weights(model: nn.Module, path: str | Path, metadata: dict[str, str] | None = None) -> None:

@@ -13,6 +13,10 @@ maps words outside its vocabulary to UNK_ID. Its output is detokenized with sacr
 ``MosesDetokenizer``, so that sacreBLEU sees ordinary text. It is saved as JSON
 (``src.vocab.json``, ``tgt.vocab.json``): the settings and the word list, nothing executable.
 
+An imported MarianMT model brings its own kind (:class:`VocabTokenizer`): separate source and
+target SentencePiece models whose pieces are looked up in one shared vocabulary (``vocab.json``),
+reordered on import so that the special ids above hold.
+
 Library: sentencepiece; spaCy and sacremoses for word-level tokenization (the ``word`` extra).
 """
 
@@ -134,6 +138,10 @@ class Tokenizer:
         """The subword strings of ids (e.g. '▁Mann'), for display."""
         return [self._sp.id_to_piece(i) for i in ids]
 
+    def piece_ids(self, pieces: list[str]) -> list[int]:
+        """The ids of subword strings (UNK_ID for unknown ones): the inverse of :meth:`pieces`."""
+        return [self._sp.piece_to_id(p) for p in pieces]
+
 
 @functools.lru_cache(maxsize=8)
 def _spacy_tokenizer(lang: str):
@@ -235,3 +243,58 @@ class WordTokenizer:
     def pieces(self, ids: list[int]) -> list[str]:
         """The words of ids, for display."""
         return [self.itos[i] for i in ids]
+
+    def piece_ids(self, pieces: list[str]) -> list[int]:
+        """The ids of words (UNK_ID for unknown ones): the inverse of :meth:`pieces`."""
+        return [self.stoi.get(p, UNK_ID) for p in pieces]
+
+
+class VocabTokenizer(Tokenizer):
+    """SentencePiece pieces mapped to ids by a separate vocabulary, MarianMT's layout (one shared
+    vocabulary for a source and a target SentencePiece model).
+
+    Args:
+        model_proto: the SentencePiece model (its own ids are not used).
+        vocab: the piece of every id, ``vocab[PAD_ID] == '<pad>'``, ``vocab[UNK_ID]`` the unknown
+            piece and ``vocab[EOS_ID] == '</s>'``; BOS_ID may be an ordinary piece (MarianMT has no
+            BOS). Pieces missing from the vocabulary encode to UNK_ID.
+    """
+
+    def __init__(self, model_proto: bytes, vocab: list[str]):
+        self._proto = model_proto
+        self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        self.vocab = list(vocab)
+        self._ids = {piece: i for i, piece in enumerate(self.vocab)}
+
+    @classmethod
+    def load_with_vocab(cls, path: str | Path, vocab: list[str]) -> "VocabTokenizer":
+        """Load a ``.model`` (or MarianMT ``.spm``) file. Raises CheckpointError if it is missing."""
+        try:
+            return cls(Path(path).read_bytes(), vocab)
+        except FileNotFoundError:
+            raise CheckpointError(f"{path}: no such SentencePiece model") from None
+
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def encode(self, text: str) -> list[int]:
+        """Vocabulary ids of the pieces of raw text, without EOS."""
+        return [self._ids.get(p, UNK_ID) for p in self._sp.encode(text, out_type=str)]
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [[self._ids.get(p, UNK_ID) for p in pieces]
+                for pieces in self._sp.encode(texts, out_type=str, num_threads=2)]
+
+    def decode(self, ids: list[int]) -> str:
+        """Raw text of vocabulary ids; PAD and EOS are dropped (BOS_ID is an ordinary piece here)."""
+        return self._sp.decode_pieces([self.vocab[i] for i in ids if i not in (PAD_ID, EOS_ID)])
+
+    def pieces(self, ids: list[int]) -> list[str]:
+        return [self.vocab[i] for i in ids]
+
+    def piece_ids(self, pieces: list[str]) -> list[int]:
+        return [self._ids.get(p, UNK_ID) for p in pieces]

@@ -17,7 +17,7 @@ import torch
 
 from attnmt.config import Config
 from attnmt.data.batching import pad_sequences
-from attnmt.data.tokenizers import BOS_ID, EOS_ID, Tokenizer
+from attnmt.data.tokenizers import EOS_ID, Tokenizer
 from attnmt.device import configure, resolve_device, to_device
 from attnmt.model.transformer import Transformer
 from attnmt.precision import PRECISIONS, effective_precision
@@ -259,7 +259,8 @@ class Translator:
                 used to predict ``out_ids[t]``.
         """
         src = torch.tensor([src_ids], device=self.device)  # (1, S)
-        tgt_in = torch.tensor([[BOS_ID] + out_ids[:-1]] if out_ids else [[BOS_ID]], device=self.device)  # (1, T)
+        start = self.config.model.decoder_start_id  # BOS
+        tgt_in = torch.tensor([[start] + out_ids[:-1]] if out_ids else [[start]], device=self.device)  # (1, T)
         memory, src_mask, enc_w = self.model.encode(src, need_weights=True)
         out = self.model.decode(tgt_in, memory, src_mask, need_weights=True)
         stack = lambda ws: torch.stack([w[0].float().cpu() for w in ws])  # noqa: E731  (L, H, ., .)
@@ -291,7 +292,8 @@ class Translator:
         for start in range(0, len(sources), batch_size):
             idx = list(range(start, min(start + batch_size, len(sources))))
             src = to_device(pad_sequences([src_ids[i] for i in idx]), self.device)  # (B, S)
-            tgt_in = to_device(pad_sequences([[BOS_ID] + tgt_ids[i][:-1] for i in idx]), self.device)  # (B, T)
+            start = self.config.model.decoder_start_id  # BOS
+            tgt_in = to_device(pad_sequences([[start] + tgt_ids[i][:-1] for i in idx]), self.device)  # (B, T)
             memory, src_mask, _ = self.model.encode(src)
             logits = self.model.decode(tgt_in, memory, src_mask).logits.float().cpu()
             logp = torch.log_softmax(logits, dim=-1)  # (B, T, V)

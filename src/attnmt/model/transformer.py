@@ -37,7 +37,8 @@ class ScaledEmbedding(nn.Module):
     """Token embedding times sqrt(d_model) (section 3.4; times 1 with ``scale=False``):
     (B, T) int64 -> (B, T, D).
 
-    The padding id's row is zero and receives no gradient."""
+    The padding id's row is zero and receives no gradient. ``scale=False`` leaves out the
+    sqrt(d_model) factor (``ModelConfig.scale_embeddings``)."""
 
     def __init__(self, vocab_size: int, d_model: int, pad_id: int, scale: bool = True):
         super().__init__()
@@ -55,7 +56,7 @@ class ScaledEmbedding(nn.Module):
 def _positions(cfg: ModelConfig) -> nn.Module:
     if cfg.positional == "learned":
         return LearnedPositionalEmbedding(cfg.d_model, cfg.max_positions)
-    return SinusoidalPositionalEncoding(cfg.d_model, cfg.max_positions)
+    return SinusoidalPositionalEncoding(cfg.d_model, cfg.max_positions, cfg.positional_layout)
 
 
 def _position_scale(cfg: ModelConfig) -> nn.Parameter | None:
@@ -229,10 +230,11 @@ class Transformer(nn.Module):
             cache: grown in place by one position.
         Returns:
             (B, V) log-probabilities in the model's dtype (for a bfloat16 model computed in
-            float32 by the log-softmax kernel and rounded to bfloat16).
+            float32 by the log-softmax kernel and rounded to bfloat16); -inf for the
+            ``forbidden_ids`` of the configuration.
         """
         logits = self.decoder(tokens, memory, src_mask, cache).logits[:, -1]  # (B, V)
-        return torch.log_softmax(logits, dim=-1)
+        return forbid(torch.log_softmax(logits, dim=-1), self.config.forbidden_ids)
 
     def set_fused_attention(self, encoder: bool, decoder: bool) -> None:
         """Turn the fused attention kernel (``MultiHeadAttention.fused``) on or off in the
@@ -241,6 +243,15 @@ class Transformer(nn.Module):
             for module in part.modules():
                 if isinstance(module, MultiHeadAttention):
                     module.fused = fused
+
+
+def forbid(logp: torch.Tensor, ids: list[int]) -> torch.Tensor:
+    """``logp`` (B, V) with the columns ``ids`` set to -inf, so that search never picks them
+    (``ModelConfig.forbidden_ids``; applied after the log-softmax, as transformers' generate does
+    with ``bad_words_ids``)."""
+    if ids:
+        logp[:, ids] = float("-inf")
+    return logp
 
 
 def count_parameters(model: nn.Module) -> int:

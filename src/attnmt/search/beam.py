@@ -91,7 +91,7 @@ class _Beams:
     """The open beams of the sentences still searched.
 
     active: the sentence index (into the batch) of each of the n sentences. scores: (n, K)
-    float32 log P of each beam. history: (n*K, 1+t) int64 tokens, BOS first. history_lp: (n*K,
+    float32 log P of each beam. history: (n*K, 1+t) int64 tokens, the decoder start token (BOS) first. history_lp: (n*K,
     t) float32 log-probability of each generated token.
     """
 
@@ -101,10 +101,10 @@ class _Beams:
     history_lp: torch.Tensor
 
     @classmethod
-    def start(cls, batch_size: int, beam_size: int, device: torch.device) -> "_Beams":
+    def start(cls, batch_size: int, beam_size: int, device: torch.device, start_id: int = BOS_ID) -> "_Beams":
         scores = torch.full((batch_size, beam_size), float("-inf"), device=device)
         scores[:, 0] = 0.0  # at the start only one hypothesis (BOS) is live
-        history = torch.full((batch_size * beam_size, 1), BOS_ID, dtype=torch.long, device=device)
+        history = torch.full((batch_size * beam_size, 1), start_id, dtype=torch.long, device=device)
         return cls(list(range(batch_size)), scores, history, torch.zeros((batch_size * beam_size, 0), device=device))
 
 
@@ -164,7 +164,7 @@ def beam_search(
     memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S): one row per sentence
     limits = max_output_lengths(src, model.pad_id, max_len_a, max_len_b, model.config.max_positions - 1).tolist()
     cache = model.init_cache()
-    beams = _Beams.start(src.size(0), K, device)
+    beams = _Beams.start(src.size(0), K, device, model.config.decoder_start_id)
     finished: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     t = 0
     while beams.active:

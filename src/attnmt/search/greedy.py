@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from attnmt.data.tokenizers import BOS_ID, EOS_ID
+from attnmt.data.tokenizers import EOS_ID
 from attnmt.model.transformer import Transformer
 from attnmt.search.hypothesis import Hypothesis, max_output_lengths
 
@@ -33,7 +33,7 @@ def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5,
     limits = max_output_lengths(src, model.pad_id, max_len_a, max_len_b, model.config.max_positions - 1)
     cache = model.init_cache()
     active = torch.arange(batch_size, device=src.device)  # sentence index of each live row
-    last = torch.full((batch_size, 1), BOS_ID, dtype=torch.long, device=src.device)  # (B, 1)
+    last = torch.full((batch_size, 1), model.config.decoder_start_id, dtype=torch.long, device=src.device)  # (B, 1)
     tokens: list[list[int]] = [[] for _ in range(batch_size)]
     lprobs: list[list[float]] = [[] for _ in range(batch_size)]
     step = 0

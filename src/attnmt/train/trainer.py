@@ -826,7 +826,13 @@ class Trainer:
 def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: str | None = None,
           progress: bool = True) -> TrainResult:
     """``Trainer(config, run_dir, resume, data_dir, progress).run()`` (see :class:`Trainer`),
-    then leave the process group, if torchrun started this process."""
+    then leave the process group, if torchrun started this process.
+
+    Raises:
+        ConfigError: the configuration has no data section (an imported model's, say).
+    """
+    if config.data is None:
+        raise ConfigError("the configuration has no data section: nothing to train on")
     try:
         return Trainer(config, run_dir, resume, data_dir, progress).run()
     finally:

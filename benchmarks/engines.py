@@ -1,0 +1,121 @@
+"""attnmt's inference engines side by side on test_2016_flickr de->en (beam 5), in one run.
+
+Rows, each a fresh process on the same machine, alternating over ``--rounds`` (fastest round kept):
+
+- ``attnmt native fp32``: ``attnmt translate`` (PyTorch).
+- ``attnmt --engine ctranslate2 (int8)``: ``attnmt translate --engine ctranslate2`` on the int8
+  export of the same model (``attnmt export ctranslate2 --quantization int8``).
+- ``CTranslate2 itself (int8)``: the same exported model run by ``ct2_translate.py`` (CTranslate2's
+  Python API and SentencePiece only): the time CTranslate2 itself needs for this model.
+- with ``--onmt-ct2 DIR``: a CTranslate2 model converted from OpenNMT-py (the suite's
+  ``benchmarks/work/suite/ct2-*``), run by ``ct2_translate.py`` with its ``--onmt-compute-type``.
+
+Decode seconds are raw text in to raw text out, measured inside each process (attnmt's
+``translated N lines in S s`` log line; ct2_translate.py's ``decode_seconds``); process seconds
+include start-up and loading. BLEU is sacreBLEU's against the references; the agreement column is
+the share of lines identical to the native output. Prints a Markdown table and one JSON object.
+
+Usage (from the repository root, with a model directory trained on Multi30k de-en):
+    .venv/bin/python benchmarks/engines.py --model benchmarks/work/m30k --data /work/shared/data
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def _plain(src: Path, dst: Path, limit: int | None) -> Path:
+    """An uncompressed copy of a .gz file (ct2_translate.py reads plain text), its first
+    ``limit`` lines if given."""
+    with gzip.open(src, "rt", encoding="utf-8") as f:
+        lines = f.read().splitlines()[:limit]
+    dst.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return dst
+
+
+def _run(cmd: list[str]) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
+    return time.perf_counter() - t0, p.stdout + p.stderr
+
+
+def _attnmt(args, engine: str, model: Path, out: Path) -> tuple[float, float]:
+    cmd = [sys.executable, "-m", "attnmt", "translate", "--model", str(model), "--input", str(args.src),
+           "--output", str(out), "--beam-size", "5", "--batch-size", "128", "--threads", str(args.threads)]
+    if engine != "native":
+        cmd += ["--engine", engine]
+    process_s, log = _run(cmd)
+    decode_s = float(re.search(r"translated \d+ lines in ([\d.]+) s", log).group(1))
+    return decode_s, process_s
+
+
+def _ct2_itself(args, ct2_dir: Path, spm: Path, compute_type: str, out: Path) -> tuple[float, float]:
+    process_s, log = _run([args.ct2_python, str(HERE / "ct2_translate.py"), "--model", str(ct2_dir), "--spm", str(spm),
+                           "--input", str(args.src), "--output", str(out), "--compute-type", compute_type,
+                           "--beam-size", "5", "--batch-size", "128", "--threads", str(args.threads)])
+    return json.loads(log.strip().splitlines()[-1])["decode_seconds"], process_s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", type=Path, required=True, help="attnmt model directory (Multi30k de-en)")
+    ap.add_argument("--data", type=Path, required=True, help="directory holding multi30k/")
+    ap.add_argument("--work", type=Path, default=HERE / "work" / "engines")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--limit", type=int, help="translate only the first N test sentences")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ct2-python", default=sys.executable, help="python with ctranslate2 and sentencepiece")
+    ap.add_argument("--onmt-ct2", type=Path, help="a CTranslate2 model converted from OpenNMT-py (optional)")
+    ap.add_argument("--onmt-spm", type=Path, help="its SentencePiece model")
+    ap.add_argument("--onmt-compute-type", default="int8")
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    args.src = _plain(args.data / "multi30k" / "test_2016_flickr.de.gz", args.work / "test.de", args.limit)
+    ref = _plain(args.data / "multi30k" / "test_2016_flickr.en.gz", args.work / "test.en", args.limit)
+    ct2_dir = args.work / "ct2-int8"
+    if not (ct2_dir / "model.bin").is_file():
+        _run([sys.executable, "-m", "attnmt", "export", "ctranslate2", "--model", str(args.model), "--output",
+              str(ct2_dir), "--quantization", "int8"])
+    spm = ct2_dir / "spm.model"
+    rows = {"attnmt native fp32": lambda o: _attnmt(args, "native", args.model, o),
+            "attnmt --engine ctranslate2 (int8)": lambda o: _attnmt(args, "ctranslate2", ct2_dir, o),
+            "CTranslate2 itself (int8), same model": lambda o: _ct2_itself(args, ct2_dir, spm, "int8", o)}
+    if args.onmt_ct2:
+        rows[f"CTranslate2 ({args.onmt_compute_type}), OpenNMT-py model"] = lambda o: _ct2_itself(
+            args, args.onmt_ct2, args.onmt_spm, args.onmt_compute_type, o)
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in rows}
+    names = list(rows)
+    for r in range(args.rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            times[name].append(rows[name](args.work / f"{len(times[name])}-{names.index(name)}.hyp"))
+    from sacrebleu.metrics import BLEU
+
+    refs = ref.read_text(encoding="utf-8").splitlines()
+    native = (args.work / "0-0.hyp").read_text(encoding="utf-8").splitlines()
+    result = []
+    print("| system | decode s (rounds) | process s | BLEU | lines = native |\n| --- | ---: | ---: | ---: | ---: |")
+    for i, name in enumerate(names):
+        hyps = (args.work / f"0-{i}.hyp").read_text(encoding="utf-8").splitlines()
+        best = min(times[name])
+        score = BLEU().corpus_score(hyps, [refs]).score
+        same = sum(a == b for a, b in zip(hyps, native)) / len(native)
+        rounds = ", ".join(f"{d:.2f}" for d, _ in times[name])
+        print(f"| {name} | {best[0]:.2f} ({rounds}) | {best[1]:.1f} | {score:.2f} | {same:.1%} |")
+        result.append({"system": name, "decode_s": best[0], "process_s": best[1], "bleu": score, "same_as_native": same})
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""Export a model directory to CTranslate2, and translate with the exported model.
+
+The export fills CTranslate2's own ``TransformerSpec`` through its converter API (a
+``ctranslate2.converters.Converter`` whose ``_load`` returns the spec): embeddings, the
+sinusoid (or learned) position table as stored encodings, per layer the fused query/key/value
+projection of self-attention, the query and fused key/value projections of source attention,
+the feed-forward network and the layer norms, and the output projection with its bias. The
+vocabulary is the model's SentencePiece pieces in id order; the decoder starts from the piece of
+``decoder_start_id`` and the source gets EOS appended (``add_source_eos``), as attnmt does. The
+export directory also receives config.yaml and the SentencePiece models (and vocab.json), so
+``attnmt translate --engine ctranslate2 --model CT2_DIR`` needs nothing else.
+
+:class:`CTranslate2Translator` runs the exported model with attnmt's tokenization, beam size and
+batching. CTranslate2's length penalty is log P(Y) / |Y|^alpha: attnmt's GNMT penalty with
+``length_penalty_k`` = 0, the same for alpha = 0 (log-probability) and alpha = 1 (average
+log-probability per token); with k = 5 the rankings differ slightly. CTranslate2 reports a
+hypothesis' (normalised) score only: ``log_prob`` repeats it and the per-token
+probabilities are empty.
+
+Library: ctranslate2 (``pip install 'attnmt[export]'``).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from attnmt import rundir
+from attnmt.config import ModelConfig
+from attnmt.data.batching import pad_sequences
+from attnmt.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from attnmt.decode.translator import ScoredHypothesis, Translation, Translator
+from attnmt.errors import CheckpointError
+from attnmt.interop.extras import require
+from attnmt.model.transformer import Transformer
+from attnmt.search.hypothesis import max_output_lengths
+
+ctranslate2 = require("ctranslate2")
+from ctranslate2.specs import common_spec, transformer_spec  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+QUANTIZATIONS = ["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32"]
+ACTIVATIONS = {"relu": common_spec.Activation.RELU, "swish": common_spec.Activation.SWISH,
+               "gelu": common_spec.Activation.GELU}
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().float().contiguous().numpy()
+
+
+def _linear(spec, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    spec.weight = _np(weight)
+    if bias is not None:
+        spec.bias = _np(bias)
+
+
+def _norm(spec, norm: torch.nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _np(norm.weight), _np(norm.bias)
+
+
+def _self_attention(spec, attn) -> None:
+    """Fused (3D, D) query/key/value projection (attnmt's kv_proj is keys then values), then W^O."""
+    _linear(spec.linear[0], torch.cat([attn.q_proj.weight, attn.kv_proj.weight]),
+            torch.cat([attn.q_proj.bias, attn.kv_proj.bias]))
+    _linear(spec.linear[1], attn.out_proj.weight, attn.out_proj.bias)
+
+
+def _source_attention(spec, attn) -> None:
+    _linear(spec.linear[0], attn.q_proj.weight, attn.q_proj.bias)
+    _linear(spec.linear[1], attn.kv_proj.weight, attn.kv_proj.bias)
+    _linear(spec.linear[2], attn.out_proj.weight, attn.out_proj.bias)
+
+
+def _feed_forward(spec, ffn, norm) -> None:
+    _linear(spec.linear_0, ffn.w_1.weight, ffn.w_1.bias)
+    _linear(spec.linear_1, ffn.w_2.weight, ffn.w_2.bias)
+    _norm(spec.layer_norm, norm)
+
+
+def _inputs(spec, part, cfg: ModelConfig) -> None:
+    """Embedding, its scaling and the position table (sinusoids or learned) of one stack."""
+    embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
+    embeddings.weight = _np(part.embedding.weight)
+    spec.scale_embeddings = cfg.scale_embeddings
+    spec.position_encodings.encodings = _np(part.positions(cfg.max_positions)[0])  # (P, D)
+    if cfg.norm_first:
+        _norm(spec.layer_norm, part.final_norm)
+
+
+def transformer_spec_of(model: Transformer, src_pieces: list[str], tgt_pieces: list[str]):
+    """CTranslate2's ``TransformerSpec`` holding an attnmt Transformer's weights (module docstring).
+
+    Args:
+        model: the Transformer, float32.
+        src_pieces, tgt_pieces: the piece of every source / target id.
+    """
+    cfg = model.config
+    spec = transformer_spec.TransformerSpec.from_config(
+        (cfg.num_encoder_layers, cfg.num_decoder_layers), cfg.num_heads, pre_norm=cfg.norm_first,
+        activation=ACTIVATIONS[cfg.activation])
+    _inputs(spec.encoder, model.encoder, cfg)
+    for layer_spec, layer in zip(spec.encoder.layer, model.encoder.layers):
+        _self_attention(layer_spec.self_attention, layer.self_attn)
+        _norm(layer_spec.self_attention.layer_norm, layer.sublayers[0].norm)
+        _feed_forward(layer_spec.ffn, layer.feed_forward, layer.sublayers[1].norm)
+    _inputs(spec.decoder, model.decoder, cfg)
+    for layer_spec, layer in zip(spec.decoder.layer, model.decoder.layers):
+        _self_attention(layer_spec.self_attention, layer.self_attn)
+        _norm(layer_spec.self_attention.layer_norm, layer.sublayers[0].norm)
+        _source_attention(layer_spec.attention, layer.src_attn)
+        _norm(layer_spec.attention.layer_norm, layer.sublayers[1].norm)
+        _feed_forward(layer_spec.ffn, layer.feed_forward, layer.sublayers[2].norm)
+    projection = model.decoder.output_projection
+    _linear(spec.decoder.projection, projection.weight, projection.bias)
+    spec.register_source_vocabulary(src_pieces)
+    spec.register_target_vocabulary(tgt_pieces)
+    spec.config.unk_token, spec.config.bos_token = tgt_pieces[UNK_ID], tgt_pieces[BOS_ID]
+    spec.config.eos_token, spec.config.decoder_start_token = tgt_pieces[EOS_ID], tgt_pieces[cfg.decoder_start_id]
+    spec.config.add_source_eos = True
+    spec.config.layer_norm_epsilon = model.encoder.layers[0].sublayers[0].norm.eps
+    return spec
+
+
+def _all_pieces(tokenizer: Tokenizer) -> list[str]:
+    return tokenizer.pieces(list(range(len(tokenizer))))
+
+
+class AttnmtConverter(ctranslate2.converters.Converter):
+    """CTranslate2 converter of an attnmt model directory (``Converter.convert`` writes it)."""
+
+    def __init__(self, model_dir: str | Path):
+        self.model_dir = Path(model_dir)
+
+    def _load(self):
+        _, src_tok, tgt_tok, model = rundir.load_model_dir(self.model_dir)
+        return transformer_spec_of(model.eval(), _all_pieces(src_tok), _all_pieces(tgt_tok))
+
+
+def export_ctranslate2(model_dir: str | Path, output: str | Path, quantization: str | None = None) -> Path:
+    """Convert a model directory into a CTranslate2 model directory ``output`` (module docstring).
+
+    Args:
+        quantization: CTranslate2's weight type (:data:`QUANTIZATIONS`), None = float32.
+    Raises:
+        CheckpointError: ``output`` exists and is not empty, or the model directory is incomplete.
+        ValueError: an unknown quantization.
+    """
+    output = Path(output)
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise ValueError(f"unknown quantization {quantization!r}; use one of {', '.join(QUANTIZATIONS)}")
+    if output.exists() and any(output.iterdir()):
+        raise CheckpointError(f"{output}: exists and is not empty; choose a new directory")
+    rundir.read_config(model_dir)  # a missing or invalid model directory fails before any writing
+    AttnmtConverter(model_dir).convert(str(output), quantization=quantization, force=output.exists())
+    rundir.copy_translation_files(model_dir, output)
+    log.info("wrote CTranslate2 model %s (%s)", output, quantization or "float32")
+    return output
+
+
+class CTranslate2Translator(Translator):
+    """:class:`attnmt.decode.translator.Translator` over a CTranslate2 export: the same
+    tokenization, batching and options; the search runs in CTranslate2 (module docstring).
+
+    Args:
+        export_dir: written by :func:`export_ctranslate2`.
+        compute_type: CTranslate2's compute type ('default': the stored weights' type).
+        threads: intra-op threads, 0 = CTranslate2's default.
+    """
+
+    def __init__(self, export_dir: str | Path, compute_type: str = "default", threads: int = 0):
+        self.config = rundir.read_config(export_dir)
+        self.src_tokenizer, self.tgt_tokenizer = rundir.read_tokenizers(export_dir)
+        if not (Path(export_dir) / "model.bin").is_file():
+            raise CheckpointError(f"{export_dir}: no model.bin; export it with 'attnmt export ctranslate2'")
+        self.engine = ctranslate2.Translator(str(export_dir), device="cpu", compute_type=compute_type,
+                                             inter_threads=1, intra_threads=threads)
+        self._precision = "fp32"
+        self._forbidden = [self.tgt_tokenizer.pieces([i]) for i in self.config.model.forbidden_ids]
+
+    def translate(
+        self, sentences: list[str], beam_size: int | None = None, nbest: int = 1,
+        batch_size: int | None = None, length_penalty: float | None = None,
+        return_attention: bool = False,
+    ) -> list[Translation]:
+        """Translate raw sentences (see :meth:`Translator.translate`; no attention weights).
+
+        Raises:
+            ValueError: nbest > beam_size, or ``return_attention``.
+        """
+        dc = self.config.decode
+        beam_size, batch_size = beam_size or dc.beam_size, batch_size or dc.batch_size
+        alpha = dc.length_penalty if length_penalty is None else length_penalty
+        if nbest > beam_size or return_attention:
+            raise ValueError("the CTranslate2 engine needs nbest <= beam size and gives no attention weights")
+        results = [Translation([ScoredHypothesis("", [], [], [], 0.0, 0.0)]) for _ in sentences]
+        todo = [i for i, s in enumerate(sentences) if s.strip()]
+        src_ids = dict(zip(todo, self.encode_sources([sentences[i] for i in todo])))
+        order = sorted(todo, key=lambda i: len(src_ids[i]), reverse=True)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start: start + batch_size]
+            src = pad_sequences([src_ids[i] for i in chunk])  # (B, S)
+            limit = int(max_output_lengths(src, PAD_ID, dc.max_len_a, dc.max_len_b, self.config.model.max_positions - 1).max())
+            out = self.engine.translate_batch(
+                [self.src_tokenizer.pieces(src_ids[i][:-1]) for i in chunk], beam_size=beam_size,
+                num_hypotheses=nbest, length_penalty=alpha, max_decoding_length=limit, min_decoding_length=0,
+                return_scores=True, suppress_sequences=self._forbidden or None)
+            for i, result in zip(chunk, out):
+                hyps = [self._scored(tokens, score) for tokens, score in zip(result.hypotheses, result.scores)]
+                results[i] = Translation(hyps, self.src_tokenizer.pieces(src_ids[i][:-1]) + ["</s>"])
+        return results
+
+    def _scored(self, pieces: list[str], score: float) -> ScoredHypothesis:
+        ids = self.tgt_tokenizer.piece_ids(pieces) + [EOS_ID]
+        return ScoredHypothesis(self.tgt_tokenizer.decode(ids), ids, pieces + ["</s>"], [], score, score)

@@ -1,0 +1,233 @@
+"""Export a model directory to ONNX, and run attnmt's own search over it with ONNX Runtime.
+
+Two graphs, exported with ``torch.onnx.export`` (the TorchScript-based exporter,
+``dynamo=False``), with dynamic batch and length axes:
+
+- ``encoder.onnx``: src (B, S) int64 -> for every decoder layer l the source attention's keys
+  and values ``src_key_l``, ``src_value_l`` (B, H, S, Dh) float32, computed once per sentence.
+- ``decoder_step.onnx``: one step of incremental decoding. Inputs: ``tokens`` (B, 1) int64, the
+  newest token of each prefix; ``position`` (1,) int64, its position; ``src_mask`` (B, S) bool,
+  True on real source tokens; per layer the self-attention cache ``self_key_l``,
+  ``self_value_l`` (B, H, t, Dh) (t = 0 at the first step) and the source keys and values
+  ``src_key_l``, ``src_value_l`` (B, H, S, Dh). Outputs: ``log_probs`` (B, V) float32 (with the
+  ``forbidden_ids`` at -inf) and the grown caches ``new_self_key_l``, ``new_self_value_l``
+  (B, H, t + 1, Dh).
+
+The graphs hold the same modules as the PyTorch model (they are traced from it), one row per
+hypothesis. :class:`OnnxTransformer` gives the two sessions the interface that
+``attnmt.search`` drives (``encode``, ``init_cache``, ``decode_step``, a cache with
+``reorder``), keeping the source side once per sentence and repeating it for the beams at each
+step. The export directory also receives config.yaml and the SentencePiece models (and
+vocab.json), so ``attnmt translate --engine onnxruntime --model ONNX_DIR`` needs nothing else.
+
+Shapes: B rows (sentences, or sentences x beams), S source length, t target positions so far,
+H heads, Dh head size, L decoder layers, V vocabulary.
+
+Library: torch.onnx (export), onnx (checking), onnxruntime (``pip install 'attnmt[export]'``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from attnmt import rundir
+from attnmt.config import ModelConfig
+from attnmt.data.tokenizers import EOS_ID, PAD_ID
+from attnmt.decode.translator import Translator
+from attnmt.errors import CheckpointError
+from attnmt.interop.extras import require
+from attnmt.model.attention import KVCache, LayerCache, padding_mask
+from attnmt.model.transformer import Transformer, forbid
+
+log = logging.getLogger(__name__)
+
+ENCODER, DECODER_STEP = "encoder.onnx", "decoder_step.onnx"
+OPSET = 17
+
+
+def _names(prefix: str, num_layers: int) -> list[str]:
+    """['{prefix}key_0', '{prefix}value_0', ...] for every layer."""
+    return [f"{prefix}{kind}_{i}" for i in range(num_layers) for kind in ("key", "value")]
+
+
+class EncoderGraph(nn.Module):
+    """src (B, S) int64 -> the 2L source keys and values (B, H, S, Dh) of the decoder layers."""
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        memory, _, _ = self.model.encode(src)  # (B, S, D)
+        out: list[torch.Tensor] = []
+        for layer in self.model.decoder.layers:
+            out.extend(layer.src_attn._project_kv(memory, memory))  # (B, H, S, Dh) each
+        return tuple(out)
+
+
+class DecoderStepGraph(nn.Module):
+    """One incremental decoding step with explicit caches (module docstring)."""
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+
+    def _position(self, position: torch.Tensor) -> torch.Tensor:
+        positions = self.model.decoder.positions
+        if hasattr(positions, "table"):  # sinusoids
+            return positions.table.index_select(0, position)[None]  # (1, 1, D)
+        return positions.embedding(position)[None]  # learned, (1, 1, D)
+
+    def forward(self, tokens: torch.Tensor, position: torch.Tensor, src_mask: torch.Tensor,
+                *caches: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        decoder, num_layers = self.model.decoder, len(self.model.decoder.layers)
+        self_kv, src_kv = caches[: 2 * num_layers], caches[2 * num_layers:]
+        x = decoder.embedding(tokens) + self._position(position)  # (B, 1, D)
+        mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
+        new_kv: list[torch.Tensor] = []
+        for i, layer in enumerate(decoder.layers):
+            cache = LayerCache(KVCache(self_kv[2 * i], self_kv[2 * i + 1]),
+                               KVCache(src_kv[2 * i], src_kv[2 * i + 1], static=True))
+            x, _, _ = layer(x, None, mask, cache)
+            new_kv += [cache.self_attn.k, cache.self_attn.v]  # (B, H, t + 1, Dh)
+        logits = decoder.output_projection(decoder.final_norm(x))[:, -1]  # (B, V)
+        return (forbid(torch.log_softmax(logits, dim=-1), self.model.config.forbidden_ids), *new_kv)
+
+
+def _export_graphs(model: Transformer, output: Path) -> None:
+    cfg, vocab = model.config, model.decoder.output_projection.weight.size(0)
+    layers, heads, head_dim = cfg.num_decoder_layers, cfg.num_heads, cfg.d_model // cfg.num_heads
+    src = torch.randint(4, vocab, (2, 5))
+    src[:, -1], src[1, -2:] = EOS_ID, torch.tensor([EOS_ID, PAD_ID])  # a padded row
+    src_names = _names("src_", layers)
+    torch.onnx.export(EncoderGraph(model), (src,), str(output / ENCODER), input_names=["src"],
+                      output_names=src_names, opset_version=OPSET, dynamo=False,
+                      dynamic_axes={"src": {0: "batch", 1: "src_len"}, **{n: {0: "batch", 2: "src_len"} for n in src_names}})
+    with torch.no_grad():
+        src_kv = EncoderGraph(model)(src)
+    self_kv = [torch.randn(2, heads, 3, head_dim) for _ in range(2 * layers)]
+    inputs = (torch.randint(4, vocab, (2, 1)), torch.tensor([3]), src != PAD_ID, *self_kv, *src_kv)
+    self_names, new_names = _names("self_", layers), _names("new_self_", layers)
+    axes = {"tokens": {0: "batch"}, "src_mask": {0: "batch", 1: "src_len"}, "log_probs": {0: "batch"},
+            **{n: {0: "batch", 2: "past_len"} for n in self_names}, **{n: {0: "batch", 2: "src_len"} for n in src_names},
+            **{n: {0: "batch", 2: "new_len"} for n in new_names}}
+    torch.onnx.export(DecoderStepGraph(model), inputs, str(output / DECODER_STEP),
+                      input_names=["tokens", "position", "src_mask", *self_names, *src_names],
+                      output_names=["log_probs", *new_names], opset_version=OPSET, dynamo=False, dynamic_axes=axes)
+
+
+def export_onnx(model_dir: str | Path, output: str | Path) -> Path:
+    """Write ``encoder.onnx`` and ``decoder_step.onnx`` (module docstring) and the files
+    translation needs into ``output``; both graphs pass ``onnx.checker``.
+
+    Raises:
+        CheckpointError: ``output`` exists and is not empty, or the model directory is incomplete.
+        AttnmtError: onnx is not installed (the ``export`` extra).
+    """
+    onnx = require("onnx")
+    output = Path(output)
+    if output.exists() and any(output.iterdir()):
+        raise CheckpointError(f"{output}: exists and is not empty; choose a new directory")
+    _, _, _, model = rundir.load_model_dir(model_dir)
+    model.eval().set_fused_attention(encoder=False, decoder=False)
+    output.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        _export_graphs(model, output)
+    for name in (ENCODER, DECODER_STEP):
+        onnx.checker.check_model(str(output / name))
+    rundir.copy_translation_files(model_dir, output)
+    log.info("wrote ONNX graphs %s and %s to %s", ENCODER, DECODER_STEP, output)
+    return output
+
+
+@dataclass
+class OnnxCache:
+    """The decoding state :class:`OnnxTransformer` keeps between steps.
+
+    self_kv: the 2L self-attention keys and values (B, H, t, Dh), one row per hypothesis.
+    src_kv: the 2L source keys and values stacked, (n, 2L, H, S, Dh), one row per sentence.
+    step: positions consumed so far.
+    """
+
+    self_kv: list[torch.Tensor] = field(default_factory=list)
+    src_kv: torch.Tensor | None = None
+    step: int = 0
+
+    def reorder(self, rows: torch.Tensor, sources: torch.Tensor | None = None) -> None:
+        """Keep hypothesis rows ``rows`` and, if given, sentence rows ``sources`` (as
+        ``attnmt.model.attention.DecoderCache.reorder``)."""
+        self.self_kv = [t.index_select(0, rows) for t in self.self_kv]
+        if sources is not None and self.src_kv is not None:
+            self.src_kv = self.src_kv.index_select(0, sources)
+
+
+class OnnxTransformer:
+    """The two ONNX Runtime sessions behind the model interface that greedy and beam search use.
+
+    Args:
+        export_dir: written by :func:`export_onnx`.
+        config: the model's configuration.
+        threads: intra-op threads, 0 = ONNX Runtime's default.
+    """
+
+    def __init__(self, export_dir: str | Path, config: ModelConfig, threads: int = 0):
+        ort = require("onnxruntime")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        paths = [Path(export_dir) / name for name in (ENCODER, DECODER_STEP)]
+        for path in paths:
+            if not path.is_file():
+                raise CheckpointError(f"{path}: missing; export it with 'attnmt export onnx'")
+        self.encoder, self.decoder = (ort.InferenceSession(str(p), options, providers=["CPUExecutionProvider"])
+                                      for p in paths)
+        self.config, self.pad_id = config, PAD_ID
+        self.num_layers, self.head_dim = config.num_decoder_layers, config.d_model // config.num_heads
+        self._input_names = [i.name for i in self.decoder.get_inputs()]
+
+    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        """src (B, S) int64 -> the stacked source keys and values (B, 2L, H, S, Dh), the source
+        mask (B, 1, 1, S) bool, and None (no attention weights)."""
+        kv = self.encoder.run(None, {"src": src.numpy()})
+        return torch.from_numpy(np.stack(kv, axis=1)), padding_mask(src, PAD_ID), None
+
+    def init_cache(self) -> OnnxCache:
+        return OnnxCache()
+
+    def decode_step(self, tokens: torch.Tensor, memory: torch.Tensor | None, src_mask: torch.Tensor,
+                    cache: OnnxCache) -> torch.Tensor:
+        """As ``Transformer.decode_step``: tokens (B, 1) -> log-probabilities (B, V) float32;
+        ``memory`` and ``src_mask`` have one row per sentence (B / K rows in beam search)."""
+        if cache.src_kv is None:
+            cache.src_kv = memory
+        rows, sentences = tokens.size(0), cache.src_kv.size(0)
+        beams = rows // sentences  # K hypotheses per sentence
+        if not cache.self_kv:
+            empty = torch.zeros(rows, self.config.num_heads, 0, self.head_dim)
+            cache.self_kv = [empty] * (2 * self.num_layers)
+        src_kv = cache.src_kv.repeat_interleave(beams, dim=0) if beams > 1 else cache.src_kv  # (B, 2L, H, S, Dh)
+        mask = src_mask[:, 0, 0].repeat_interleave(beams, dim=0) if beams > 1 else src_mask[:, 0, 0]  # (B, S)
+        feeds = [tokens.numpy(), np.array([cache.step], dtype=np.int64), mask.numpy()]
+        feeds += [t.numpy() for t in cache.self_kv] + [t.numpy() for t in src_kv.unbind(1)]
+        out = self.decoder.run(None, {name: np.ascontiguousarray(v) for name, v in zip(self._input_names, feeds)})
+        cache.self_kv = [torch.from_numpy(t) for t in out[1:]]
+        cache.step += 1
+        return torch.from_numpy(out[0])
+
+
+class OnnxTranslator(Translator):
+    """:class:`attnmt.decode.translator.Translator` over an ONNX export: attnmt's tokenization,
+    batching, greedy and beam search, with the model computed by ONNX Runtime (fp32 only; no
+    attention weights)."""
+
+    def __init__(self, export_dir: str | Path, threads: int = 0):
+        self.config = rundir.read_config(export_dir)
+        self.src_tokenizer, self.tgt_tokenizer = rundir.read_tokenizers(export_dir)
+        self.model = OnnxTransformer(export_dir, self.config.model, threads)
+        self.device = torch.device("cpu")  # the search's tensors; ONNX Runtime runs on the CPU here
+        self._precision = "fp32"

@@ -1,0 +1,116 @@
+"""CTranslate2 and ONNX Runtime exports of a model trained here (the copy task of
+test_end_to_end, a short run): they must translate as attnmt's own beam search does."""
+
+from __future__ import annotations
+
+import random
+import sys
+
+import pytest
+
+from attnmt.cli import main
+from attnmt.config import config_from_dict
+from attnmt.decode.translator import Translator
+from attnmt.errors import AttnmtError
+from attnmt.evaluate import corpus_scores
+from attnmt.interop.extras import require
+from attnmt.train.trainer import train
+from tests.test_end_to_end import _config, _sentences
+
+pytest.importorskip("ctranslate2")
+pytest.importorskip("onnxruntime")
+
+BEAM, ALPHA = 4, 1.0  # alpha 1 with k = 0: average log-probability, the same in all three engines
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(model directory, native Translator with k = 0, 60 test sentences, native outputs)."""
+    tmp = tmp_path_factory.mktemp("export")
+    raw = _config(tmp, max_steps=200)
+    raw["train"].update(valid_every=200, log_every=100)
+    run_dir = tmp / "run"
+    train(config_from_dict(raw), run_dir, progress=False)
+    sentences = _sentences(random.Random(7), 60)
+    native = Translator.from_dir(run_dir)
+    native.config.decode.length_penalty_k = 0.0
+    hyps = native.translate(sentences, beam_size=BEAM, length_penalty=ALPHA)
+    return run_dir, native, sentences, hyps
+
+
+def _agreement(a, b) -> float:
+    return sum(x.text == y.text for x, y in zip(a, b)) / len(a)
+
+
+def test_ctranslate2_float32_equals_native_beam_search(trained, tmp_path):
+    """>= 95% identical translations; where identical, CTranslate2's score equals attnmt's
+    log P / |Y| (its length penalty is attnmt's with k = 0, |Y| counting EOS)."""
+    from attnmt.interop.ctranslate2 import CTranslate2Translator, export_ctranslate2
+
+    run_dir, _, sentences, native = trained
+    ct2 = CTranslate2Translator(export_ctranslate2(run_dir, tmp_path / "ct2"))
+    ours = ct2.translate(sentences, beam_size=BEAM, length_penalty=ALPHA, batch_size=16)
+    assert _agreement(native, ours) >= 0.95
+    same = [(a, b) for a, b in zip(native, ours) if a.text == b.text]
+    for a, b in same:
+        assert a.hypotheses[0].token_ids == b.hypotheses[0].token_ids
+        assert b.hypotheses[0].score == pytest.approx(a.hypotheses[0].score, abs=2e-3)
+
+
+def test_ctranslate2_int8_within_half_a_bleu(trained, tmp_path):
+    """int8 weights: BLEU against the references within 0.5 of the native float32 output."""
+    from attnmt.interop.ctranslate2 import CTranslate2Translator, export_ctranslate2
+
+    run_dir, _, sentences, native = trained
+    ct2 = CTranslate2Translator(export_ctranslate2(run_dir, tmp_path / "ct2", quantization="int8"))
+    ours = ct2.translate(sentences, beam_size=BEAM, length_penalty=ALPHA)
+    refs = sentences  # the copy task
+    native_bleu = corpus_scores([t.text for t in native], refs)["bleu"]
+    int8_bleu = corpus_scores([t.text for t in ours], refs)["bleu"]
+    assert native_bleu > 50 and abs(int8_bleu - native_bleu) <= 0.5
+
+
+def test_onnxruntime_equals_native_search(trained, tmp_path):
+    """attnmt's beam search over the ONNX graphs: >= 95% identical translations, scores equal
+    within 1e-3; greedy search (beam 1) too, in batches of another size (dynamic axes)."""
+    from attnmt.interop.onnx import OnnxTranslator, export_onnx
+
+    run_dir, native_tr, sentences, native = trained
+    onnx_tr = OnnxTranslator(export_onnx(run_dir, tmp_path / "onnx"))
+    onnx_tr.config.decode.length_penalty_k = 0.0
+    ours = onnx_tr.translate(sentences, beam_size=BEAM, length_penalty=ALPHA, batch_size=16)
+    assert _agreement(native, ours) >= 0.95
+    for a, b in zip(native, ours):
+        if a.text == b.text:
+            assert b.hypotheses[0].score == pytest.approx(a.hypotheses[0].score, abs=1e-3)
+    greedy_native = native_tr.translate(sentences, beam_size=1, batch_size=7)
+    assert _agreement(greedy_native, onnx_tr.translate(sentences, beam_size=1, batch_size=7)) >= 0.95
+
+
+def test_cli_export_and_engines(trained, tmp_path, capsys):
+    """``attnmt export`` then ``attnmt translate --engine``: one line out per line in, the
+    Python API's translations; an export into a non-empty directory is a one-line error."""
+    run_dir, _, sentences, _ = trained
+    (tmp_path / "in.txt").write_text("\n".join(sentences[:8]) + "\n\n")
+    native = Translator.from_dir(run_dir).translate(sentences[:8], beam_size=4)
+    for fmt, engine in (("ctranslate2", "ctranslate2"), ("onnx", "onnxruntime")):
+        assert main(["-q", "export", fmt, "--model", str(run_dir), "--output", str(tmp_path / fmt)]) == 0
+        capsys.readouterr()
+        assert main(["-q", "translate", "--engine", engine, "--model", str(tmp_path / fmt), "--input",
+                     str(tmp_path / "in.txt"), "--beam-size", "4"]) == 0
+        lines = capsys.readouterr().out.split("\n")
+        assert len(lines) == 10 and lines[8] == ""  # 9 lines (one empty) + the final newline
+        if engine == "onnxruntime":  # attnmt's own search, k = 5 as natively
+            assert sum(o == t.text for o, t in zip(lines, native)) >= 7
+    assert main(["export", "onnx", "--model", str(run_dir), "--output", str(tmp_path / "onnx")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnmt: error:") and err.count("\n") == 1
+
+
+def test_missing_extra_names_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as if not installed
+    with pytest.raises(AttnmtError, match=r"pip install 'attnmt\[export\]'"):
+        require("onnxruntime")
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(AttnmtError, match=r"attnmt\[hf\]"):
+        require("transformers")
