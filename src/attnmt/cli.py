@@ -128,10 +128,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     overrides = args.set + ([f"train.device={args.device}"] if args.device else [])
     config = load_config(args.config, overrides)
-    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 alone writes
+    is_main = os.environ.get("RANK", "0") == "0"  # under torchrun, rank 0 alone writes and prints
+    if is_main:
         check_output_dir(args.output, "--output")
     result = train(config, args.output, resume=args.resume, data_dir=args.data_dir)
-    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 alone prints the summary
+    if is_main:
         print(_json_line(result.__dict__))
     if result.interrupted_by:  # a stop signal: the conventional exit status 128 + its number
         return 128 + signal.Signals[result.interrupted_by].value
