@@ -52,7 +52,8 @@ def _raw_config(data_dir: Path, accum_steps: int, max_steps: int) -> dict:
                  "valid_src": str(data_dir / "valid.src"), "valid_tgt": str(data_dir / "valid.tgt")},
         "tokenizer": {"vocab_size": 40, "model_type": "bpe"},
         "model": {"d_model": 32, "num_heads": 4, "d_ff": 64, "num_encoder_layers": 1, "num_decoder_layers": 1,
-                  "dropout": 0.0, "share_embeddings": True},
+                  # dropout on: the processes must draw the masks one process would
+                  "dropout": 0.3, "attention_dropout": 0.1, "share_embeddings": True},
         "train": {"batch_tokens": 120, "accum_steps": accum_steps, "schedule": "inverse_sqrt", "lr": 1e-3,
                   "warmup_steps": 4, "max_steps": max_steps, "valid_every": 1000, "log_every": 1,
                   "valid_bleu": False, "precision": "fp32", "seed": 5, "num_threads": 1, "device": "cpu",

@@ -19,11 +19,12 @@ so N processes x B tokens, one process x N*B tokens and one process x B tokens x
 the same update, up to the order of floating-point sums.
 
 The data position in a checkpoint is global (batches of the epoch consumed), so a run saved
-under N processes resumes under M. What cannot be exact across world sizes: the dropout masks
-(each rank draws its own; rank 0 continues the saved random stream, the others are reseeded
-from the seed, the rank and the step: :func:`rank_seed`); the last batches of an epoch, too
-few to give every rank one (fewer than ``world_size``), are skipped, so which are skipped
-depends on the world size; and the rounding of the gradient sums.
+under N processes resumes under M. The dropout masks of every batch are drawn from a seed of
+the update and the batch's place in it (:func:`batch_seed`), so they too are the same for any
+world size. What cannot be exact across world sizes: the last batches of an epoch, too few to
+give every rank one (fewer than ``world_size``), are skipped, so which are skipped depends on
+the world size (one process with accumulation makes a smaller last update of them); and the
+rounding of the gradient sums.
 
 A stop signal (SIGINT, SIGTERM; torchrun forwards both to its workers as SIGTERM) only sets a
 flag (:class:`StopSignals`); the ranks add their flags up at the start of every update, so all
@@ -157,9 +158,18 @@ def barrier() -> None:
         dist.barrier()
 
 
+def batch_seed(seed: int, step: int, index: int) -> int:
+    """The seed of the dropout masks of the ``index``-th batch (in the update's whole group,
+    all processes) of update ``step``: rank r's i-th batch is index r + i x world_size
+    (:func:`share`). So N processes x k accumulated batches and 1 process x N k batches draw the
+    same masks, and a run resumed under any number of processes draws what it would have."""
+    return ((seed * 1_000_003 + step) * 1_000_033 + index) % 2**63
+
+
 def rank_seed(seed: int, rank: int, step: int) -> int:
     """The random seed of rank ``rank > 0`` when a run starts or resumes at update ``step``:
-    distinct per rank, so that the ranks draw different dropout masks."""
+    distinct per rank, for any random draw outside the updates (whose dropout masks come from
+    :func:`batch_seed`)."""
     return (seed * 1_000_003 + rank) * 1_000_033 + step
 
 

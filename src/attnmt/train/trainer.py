@@ -446,6 +446,10 @@ class Trainer:
         scale = self.ranks.world_size / (sentences if per_sentence else tokens)
         loss_sum = nll_sum = 0.0
         for i, b in enumerate(batches):
+            # dropout masks from a seed of (update, batch's place in the whole update): the same
+            # masks for any split of the update over processes and accumulation steps
+            torch.manual_seed(distributed.batch_seed(self.config.train.seed, self.state.step,
+                                                     self.ranks.rank + i * self.ranks.world_size))
             inner = self.ranks.distributed and i < len(batches) - 1
             with self.ddp_loss.no_sync() if inner else contextlib.nullcontext():  # type: ignore[operator]
                 with autocast(self.precision, self.device.type):
