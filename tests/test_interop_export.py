@@ -55,6 +55,13 @@ def test_ctranslate2_float32_equals_native_beam_search(trained, tmp_path):
     for a, b in same:
         assert a.hypotheses[0].token_ids == b.hypotheses[0].token_ids
         assert b.hypotheses[0].score == pytest.approx(a.hypotheses[0].score, abs=2e-3)
+    # n-best as the native engine gives it, empty lines included (nbest empty hypotheses)
+    both = [engine.translate(["", sentences[0], " "], beam_size=BEAM, nbest=3, length_penalty=ALPHA)
+            for engine in (trained[1], ct2)]
+    for translations in both:
+        assert [len(t.hypotheses) for t in translations] == [3, 3, 3]
+        assert [h.text for h in translations[0].hypotheses + translations[2].hypotheses] == [""] * 6
+    assert both[1][1].hypotheses[0].token_ids == both[0][1].hypotheses[0].token_ids
 
 
 def test_ctranslate2_int8_within_half_a_bleu(trained, tmp_path):

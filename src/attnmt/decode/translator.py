@@ -217,15 +217,8 @@ class Translator:
         alpha = dc.length_penalty if length_penalty is None else length_penalty
         if nbest > beam_size:
             raise ValueError(f"nbest ({nbest}) cannot exceed beam size ({beam_size})")
-        results: list[Translation | None] = [None] * len(sentences)
-        todo = [i for i, s in enumerate(sentences) if s.strip()]
-        for i, s in enumerate(sentences):
-            if not s.strip():
-                results[i] = Translation([ScoredHypothesis("", [], [], [], 0.0, 0.0) for _ in range(nbest)])
-        src_ids = dict(zip(todo, self.encode_sources([sentences[i] for i in todo])))
-        order = sorted(todo, key=lambda i: len(src_ids[i]), reverse=True)
-        for start in range(0, len(order), batch_size):
-            chunk = order[start: start + batch_size]
+        results, src_ids, batches = self._plan(sentences, nbest, batch_size)
+        for chunk in batches:
             src = to_device(pad_sequences([src_ids[i] for i in chunk]), self.device)  # (B, S)
             if beam_size == 1 and nbest == 1:
                 hyps = [[h] for h in greedy_search(self.model, src, dc.max_len_a, dc.max_len_b)]
@@ -242,9 +235,23 @@ class Translator:
                 results[i] = Translation([self._hypothesis(h) for h in hs],
                                          self.src_tokenizer.pieces(src_ids[i][:-1]) + ["</s>"])
         if return_attention:
-            for i in todo:
+            for i in src_ids:
                 results[i].attention = self.source_attention(src_ids[i], results[i].hypotheses[0].token_ids)
         return results  # type: ignore[return-value]
+
+    def _plan(self, sentences: list[str], nbest: int, batch_size: int
+              ) -> tuple[list[Translation | None], dict[int, list[int]], list[list[int]]]:
+        """What every engine does around its search: ``nbest`` empty hypotheses (score 0) for
+        each empty sentence, the others' source ids (ending with EOS) by input index, and those
+        indices in batches of ``batch_size``, longest sources first."""
+        results: list[Translation | None] = [None] * len(sentences)
+        todo = [i for i, s in enumerate(sentences) if s.strip()]
+        for i, s in enumerate(sentences):
+            if not s.strip():
+                results[i] = Translation([ScoredHypothesis("", [], [], [], 0.0, 0.0) for _ in range(nbest)])
+        src_ids = dict(zip(todo, self.encode_sources([sentences[i] for i in todo])))
+        order = sorted(todo, key=lambda i: len(src_ids[i]), reverse=True)
+        return results, src_ids, [order[k: k + batch_size] for k in range(0, len(order), batch_size)]
 
     @torch.no_grad()
     def attention(self, src_ids: list[int], out_ids: list[int]) -> dict[str, torch.Tensor]:

@@ -196,12 +196,8 @@ class CTranslate2Translator(Translator):
         alpha = dc.length_penalty if length_penalty is None else length_penalty
         if nbest > beam_size or return_attention:
             raise ValueError("the CTranslate2 engine needs nbest <= beam size and gives no attention weights")
-        results = [Translation([ScoredHypothesis("", [], [], [], 0.0, 0.0)]) for _ in sentences]
-        todo = [i for i, s in enumerate(sentences) if s.strip()]
-        src_ids = dict(zip(todo, self.encode_sources([sentences[i] for i in todo])))
-        order = sorted(todo, key=lambda i: len(src_ids[i]), reverse=True)
-        for start in range(0, len(order), batch_size):
-            chunk = order[start: start + batch_size]
+        results, src_ids, batches = self._plan(sentences, nbest, batch_size)
+        for chunk in batches:
             src = pad_sequences([src_ids[i] for i in chunk])  # (B, S)
             limit = int(max_output_lengths(src, PAD_ID, dc.max_len_a, dc.max_len_b, self.config.model.max_positions - 1).max())
             out = self.engine.translate_batch(
@@ -211,7 +207,7 @@ class CTranslate2Translator(Translator):
             for i, result in zip(chunk, out):
                 hyps = [self._scored(tokens, score) for tokens, score in zip(result.hypotheses, result.scores)]
                 results[i] = Translation(hyps, self.src_tokenizer.pieces(src_ids[i][:-1]) + ["</s>"])
-        return results
+        return results  # type: ignore[return-value]
 
     def _scored(self, pieces: list[str], score: float) -> ScoredHypothesis:
         ids = self.tgt_tokenizer.piece_ids(pieces) + [EOS_ID]
