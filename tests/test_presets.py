@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 from attnmt.config import load_config
 from attnmt.data.tokenizers import WordTokenizer
 from attnmt.data.vectors import write_vec
+from attnmt.evaluate import tokenized_bleu
 
 REPO = Path(__file__).resolve().parents[1]
 PRESETS = sorted((REPO / "configs").glob("*.yaml"))
@@ -91,6 +92,30 @@ def test_word_level_tutorial_preset_trains_and_translates(multi30k_dir, tmp_path
                "--input", str(tmp_path / "five.de"))
     lines = out.splitlines()
     assert len(lines) == 5 and all(line.count(" ||| ") == 4 for line in lines)
+    # evaluate adds the tutorial's BLEU: the output words against the references tokenized as trained
+    (tmp_path / "five.en").write_text("\n".join((tmp_path / "val.en").read_text().splitlines()[:5]) + "\n")
+    scores = json.loads(_cli("evaluate", "--model", str(run_dir), "--beam-size", "1", "--threads", "1", "--json",
+                             "--src", str(tmp_path / "five.de"), "--ref", str(tmp_path / "five.en")))
+    words = [json.loads(line)["hypotheses"][0]["tokens"][:-1] for line in _cli(
+        "translate", "--model", str(run_dir), "--beam-size", "1", "--threads", "1", "--format", "jsonl",
+        "--input", str(tmp_path / "five.de")).splitlines()]
+    refs = WordTokenizer([], "en", lowercase=True).tokenize((tmp_path / "five.en").read_text().splitlines())
+    assert all(w == w.lower() for r in refs for w in r)
+    assert scores["bleu_tokenized"] == pytest.approx(tokenized_bleu(words, refs)["bleu"])
+    assert "tok:none" in scores["bleu_tokenized_signature"]
+
+
+def test_tokenized_bleu_is_unsmoothed_corpus_bleu_on_the_given_tokens():
+    ref = [["a", "man", "rides", "a", "bike"]]
+    assert tokenized_bleu([["a", "man", "rides", "a", "bike"]], ref)["bleu"] == pytest.approx(100.0)
+    # precisions 4/5, 3/4, 2/3, 1/2 and no brevity penalty: (1/5) ** (1/4)
+    assert tokenized_bleu([["a", "man", "rides", "a", "horse"]], ref)["bleu"] == pytest.approx(100 * 0.2 ** 0.25)
+    # no 4-gram in common: 0 without smoothing (sacreBLEU's default smoothing would not give 0)
+    assert tokenized_bleu([["a", "man", "rides", "one", "bike"]], ref)["bleu"] == 0.0
+    # tokens are taken as given: "Man" is not "man", "bike." is one token
+    assert tokenized_bleu([["A", "Man", "rides", "a", "bike."]], ref)["bleu"] == 0.0
+    with pytest.raises(ValueError):
+        tokenized_bleu([["a"]], [])
 
 
 def test_frozen_embedding_preset_trains_with_vectors_from_a_vec_file(multi30k_dir, tmp_path):
@@ -115,3 +140,27 @@ def test_frozen_embedding_preset_trains_with_vectors_from_a_vec_file(multi30k_di
                "--input", str(tmp_path / "five.de"))
     lines = out.splitlines()
     assert len(lines) == 5 and all(line.count(" ||| ") == 4 for line in lines)
+    # evaluate adds the tutorial's BLEU: the output words against the references tokenized as trained
+    (tmp_path / "five.en").write_text("\n".join((tmp_path / "val.en").read_text().splitlines()[:5]) + "\n")
+    scores = json.loads(_cli("evaluate", "--model", str(run_dir), "--beam-size", "1", "--threads", "1", "--json",
+                             "--src", str(tmp_path / "five.de"), "--ref", str(tmp_path / "five.en")))
+    words = [json.loads(line)["hypotheses"][0]["tokens"][:-1] for line in _cli(
+        "translate", "--model", str(run_dir), "--beam-size", "1", "--threads", "1", "--format", "jsonl",
+        "--input", str(tmp_path / "five.de")).splitlines()]
+    refs = WordTokenizer([], "en", lowercase=True).tokenize((tmp_path / "five.en").read_text().splitlines())
+    assert all(w == w.lower() for r in refs for w in r)
+    assert scores["bleu_tokenized"] == pytest.approx(tokenized_bleu(words, refs)["bleu"])
+    assert "tok:none" in scores["bleu_tokenized_signature"]
+
+
+def test_tokenized_bleu_is_unsmoothed_corpus_bleu_on_the_given_tokens():
+    ref = [["a", "man", "rides", "a", "bike"]]
+    assert tokenized_bleu([["a", "man", "rides", "a", "bike"]], ref)["bleu"] == pytest.approx(100.0)
+    # precisions 4/5, 3/4, 2/3, 1/2 and no brevity penalty: (1/5) ** (1/4)
+    assert tokenized_bleu([["a", "man", "rides", "a", "horse"]], ref)["bleu"] == pytest.approx(100 * 0.2 ** 0.25)
+    # no 4-gram in common: 0 without smoothing (sacreBLEU's default smoothing would not give 0)
+    assert tokenized_bleu([["a", "man", "rides", "one", "bike"]], ref)["bleu"] == 0.0
+    # tokens are taken as given: "Man" is not "man", "bike." is one token
+    assert tokenized_bleu([["A", "Man", "rides", "a", "bike."]], ref)["bleu"] == 0.0
+    with pytest.raises(ValueError):
+        tokenized_bleu([["a"]], [])

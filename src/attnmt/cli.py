@@ -344,7 +344,8 @@ def cmd_plot_training(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from attnmt.data.corpus import read_parallel
-    from attnmt.evaluate import corpus_scores
+    from attnmt.data.tokenizers import WordTokenizer
+    from attnmt.evaluate import corpus_scores, tokenized_bleu
 
     check_output_file(args.hyp_output, "--hyp-output")
     src, ref = read_parallel(args.src, args.ref)
@@ -352,10 +353,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise AttnmtError(f"{args.src}: no sentences to evaluate")
     tr = _translator(args)
     t0 = time.perf_counter()
-    hyps = [r.text for r in tr.translate(src, beam_size=args.beam_size, batch_size=args.batch_size,
-                                          length_penalty=args.length_penalty)]
+    translations = tr.translate(src, beam_size=args.beam_size, batch_size=args.batch_size,
+                                length_penalty=args.length_penalty)
     seconds = time.perf_counter() - t0
+    hyps = [t.text for t in translations]
     scores = corpus_scores(hyps, ref)
+    if isinstance(tr.tgt_tokenizer, WordTokenizer):  # also the word-level tutorials' BLEU
+        tokens = [[p for p in t.hypotheses[0].pieces if p != "</s>"] for t in translations]
+        word = tokenized_bleu(tokens, tr.tgt_tokenizer.tokenize(ref))
+        scores.update(bleu_tokenized=word["bleu"], bleu_tokenized_signature=word["bleu_signature"])
     scores.update(beam_size=args.beam_size or tr.config.decode.beam_size, decode_seconds=round(seconds, 2))
     if args.hyp_output:
         _write_output(args.hyp_output, hyps)
@@ -365,6 +371,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(f"BLEU = {scores['bleu']:.2f}  ({scores['bleu_signature']})")
         print(f"chrF = {scores['chrf']:.2f}  ({scores['chrf_signature']})")
         print(scores["bleu_detail"])
+        if "bleu_tokenized" in scores:
+            print(f"BLEU on word tokens = {scores['bleu_tokenized']:.2f}  ({scores['bleu_tokenized_signature']}; "
+                  "the model's tokens against the references tokenized as trained)")
         print(f"{len(hyps)} sentences, beam {scores['beam_size']}, {seconds:.1f} s")
     return 0
 
