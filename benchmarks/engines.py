@@ -13,7 +13,9 @@ Rows, each a fresh process on the same machine, alternating over ``--rounds`` (f
 Decode seconds are raw text in to raw text out, measured inside each process (attnmt's
 ``translated N lines in S s`` log line; ct2_translate.py's ``decode_seconds``); process seconds
 include start-up and loading. BLEU is sacreBLEU's against the references; the agreement column is
-the share of lines identical to the native output. Prints a Markdown table and one JSON object.
+the share of lines identical to the native output. Output pieces (the hypotheses re-encoded with
+each model's SentencePiece model, EOS included) and milliseconds per 1000 of them make models that
+emit outputs of other lengths comparable (a beam search's time follows the tokens it emits). Prints a Markdown table and one JSON object.
 
 Usage (from the repository root, with a model directory trained on Multi30k de-en):
     .venv/bin/python benchmarks/engines.py --model benchmarks/work/m30k --data /work/shared/data
@@ -95,25 +97,34 @@ def main() -> None:
     if args.onmt_ct2:
         rows[f"CTranslate2 ({args.onmt_compute_type}), OpenNMT-py model"] = lambda o: _ct2_itself(
             args, args.onmt_ct2, args.onmt_spm, args.onmt_compute_type, o)
+    spms = {name: spm for name in rows}
+    if args.onmt_ct2:
+        spms[f"CTranslate2 ({args.onmt_compute_type}), OpenNMT-py model"] = args.onmt_spm
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in rows}
     names = list(rows)
     for r in range(args.rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
             times[name].append(rows[name](args.work / f"{len(times[name])}-{names.index(name)}.hyp"))
+    import sentencepiece
     from sacrebleu.metrics import BLEU
 
     refs = ref.read_text(encoding="utf-8").splitlines()
     native = (args.work / "0-0.hyp").read_text(encoding="utf-8").splitlines()
     result = []
-    print("| system | decode s (rounds) | process s | BLEU | lines = native |\n| --- | ---: | ---: | ---: | ---: |")
+    print("| system | decode s (rounds) | process s | output pieces | ms / 1000 pieces | BLEU | lines = native |\n"
+          "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for i, name in enumerate(names):
         hyps = (args.work / f"0-{i}.hyp").read_text(encoding="utf-8").splitlines()
+        sp = sentencepiece.SentencePieceProcessor(model_file=str(spms[name]))
+        pieces = sum(len(p) + 1 for p in sp.encode(hyps))  # + EOS: one decoding step per piece
         best = min(times[name])
         score = BLEU().corpus_score(hyps, [refs]).score
         same = sum(a == b for a, b in zip(hyps, native)) / len(native)
         rounds = ", ".join(f"{d:.2f}" for d, _ in times[name])
-        print(f"| {name} | {best[0]:.2f} ({rounds}) | {best[1]:.1f} | {score:.2f} | {same:.1%} |")
-        result.append({"system": name, "decode_s": best[0], "process_s": best[1], "bleu": score, "same_as_native": same})
+        print(f"| {name} | {best[0]:.2f} ({rounds}) | {best[1]:.1f} | {pieces} | {1e6 * best[0] / pieces:.1f} | "
+              f"{score:.2f} | {same:.1%} |")
+        result.append({"system": name, "decode_s": best[0], "process_s": best[1], "output_pieces": pieces,
+                       "bleu": score, "same_as_native": same})
     print(json.dumps(result))
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create the peers' virtual environments under benchmarks/work/ (never touching attnmt's .venv).
 # Idempotent: an environment whose marker file exists is left as it is.
+# Usage: bash benchmarks/setup_peers.sh [joeynmt] [onmt]   (no argument: both)
 #   benchmarks/work/venv-joeynmt : torch 2.13.0 (CPU) + JoeyNMT 2.3.0
 #   benchmarks/work/venv-onmt    : torch 2.13.0 (CPU) + OpenNMT-py 3.5.1 (--no-deps) + CTranslate2
 # torch==2.13.0 is installed first in each: it is the local CPU wheel (PIP_FIND_LINKS);
@@ -12,6 +13,7 @@ PY="${BENCH_PYTHON:-python3.11}"
 command -v "$PY" >/dev/null || PY=python3
 NICE="nice -n ${BENCH_NICE:-0}"
 mkdir -p "$WORK"
+PEERS="${*:-joeynmt onmt}"
 
 pipq() {  # pip install into venv $1, quietly (drops the warnings about absent local index folders)
   local venv="$1" log; shift
@@ -33,7 +35,8 @@ make_venv() {  # a fresh venv $1 with pip, wheel and the CPU torch wheel
 }
 
 # --- JoeyNMT 2.3.0
-if [[ ! -f "$WORK/venv-joeynmt/.ready" ]]; then
+if [[ " $PEERS " != *" joeynmt "* ]]; then :
+elif [[ ! -f "$WORK/venv-joeynmt/.ready" ]]; then
   make_venv venv-joeynmt
   pipq venv-joeynmt "torch==2.13.0" "joeynmt==2.3.0" importlib_metadata \
       "sentencepiece==0.2.0" sacrebleu
@@ -42,7 +45,8 @@ if [[ ! -f "$WORK/venv-joeynmt/.ready" ]]; then
 else echo "[setup] venv-joeynmt ready"; fi
 
 # --- OpenNMT-py 3.5.1 (pins torch<2.3, so --no-deps and its dependencies by hand) + CTranslate2
-if [[ ! -f "$WORK/venv-onmt/.ready" ]]; then
+if [[ " $PEERS " != *" onmt "* ]]; then :
+elif [[ ! -f "$WORK/venv-onmt/.ready" ]]; then
   make_venv venv-onmt
   pipq venv-onmt --no-deps "OpenNMT-py==3.5.1"
   pipq venv-onmt "torch==2.13.0" configargparse pyonmttok ctranslate2 \
