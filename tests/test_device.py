@@ -157,17 +157,21 @@ def test_distributed_helpers_without_a_process_group():
     assert distributed.all_reduce_sum([1.0, 2.0], torch.device("cpu")) == [1.0, 2.0]
     assert distributed.broadcast({"a": 1}, torch.device("cpu")) == {"a": 1}
     assert len({distributed.rank_seed(1, r, s) for r in (1, 2) for s in (0, 10)}) == 4
+    # one dropout seed per (update, place in the update), the same whatever the world size
+    assert len({distributed.batch_seed(1, s, i) for s in (0, 1, 2) for i in (0, 1, 2)}) == 9
+    assert 0 <= distributed.batch_seed(2**40, 2**40, 7) < 2**63  # a valid torch.manual_seed value
     assert distributed.backend_for(torch.device("cuda", 0)) == "nccl"
     assert distributed.backend_for(torch.device("cpu")) == "gloo"
 
 
 def test_stop_signals_flag_then_interrupt():
+    before = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN in a background job
     with distributed.StopSignals() as stop:
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop.received == "SIGTERM"
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C does not wait
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before  # the previous handler is back
 
 
 def test_cli_device_errors_are_one_line(tmp_path, capsys):
