@@ -82,6 +82,23 @@ def _records(run_dir):
     return [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
 
 
+def _check_word_token_bleu(run_dir, tmp_path):
+    """evaluate adds the tutorials' BLEU on a word-level model: its output words (greedy, from
+    translate --format jsonl) against the first five val references tokenized by the model's own
+    target tokenizer (lowercased, filtered as trained)."""
+    (tmp_path / "five.en").write_text("\n".join((tmp_path / "val.en").read_text().splitlines()[:5]) + "\n")
+    scores = json.loads(_cli("evaluate", "--model", str(run_dir), "--beam-size", "1", "--threads", "1", "--json",
+                             "--src", str(tmp_path / "five.de"), "--ref", str(tmp_path / "five.en")))
+    words = [json.loads(line)["hypotheses"][0]["tokens"][:-1] for line in _cli(
+        "translate", "--model", str(run_dir), "--beam-size", "1", "--threads", "1", "--format", "jsonl",
+        "--input", str(tmp_path / "five.de")).splitlines()]
+    tgt = WordTokenizer.load(run_dir / "tgt.vocab.json")
+    refs = tgt.tokenize((tmp_path / "five.en").read_text().splitlines())
+    assert tgt.lowercase and all(w == w.lower() for r in refs for w in r)
+    assert scores["bleu_tokenized"] == pytest.approx(tokenized_bleu(words, refs)["bleu"])
+    assert "tok:none" in scores["bleu_tokenized_signature"]
+
+
 def test_word_level_tutorial_preset_trains_and_translates(multi30k_dir, tmp_path):
     run_dir = _smoke(multi30k_dir, tmp_path, "tutorial_word_de_en.yaml")
     assert [r["step"] for r in _records(run_dir) if r["kind"] == "train"] == [1, 2, 3]
@@ -92,17 +109,7 @@ def test_word_level_tutorial_preset_trains_and_translates(multi30k_dir, tmp_path
                "--input", str(tmp_path / "five.de"))
     lines = out.splitlines()
     assert len(lines) == 5 and all(line.count(" ||| ") == 4 for line in lines)
-    # evaluate adds the tutorial's BLEU: the output words against the references tokenized as trained
-    (tmp_path / "five.en").write_text("\n".join((tmp_path / "val.en").read_text().splitlines()[:5]) + "\n")
-    scores = json.loads(_cli("evaluate", "--model", str(run_dir), "--beam-size", "1", "--threads", "1", "--json",
-                             "--src", str(tmp_path / "five.de"), "--ref", str(tmp_path / "five.en")))
-    words = [json.loads(line)["hypotheses"][0]["tokens"][:-1] for line in _cli(
-        "translate", "--model", str(run_dir), "--beam-size", "1", "--threads", "1", "--format", "jsonl",
-        "--input", str(tmp_path / "five.de")).splitlines()]
-    refs = WordTokenizer([], "en", lowercase=True).tokenize((tmp_path / "five.en").read_text().splitlines())
-    assert all(w == w.lower() for r in refs for w in r)
-    assert scores["bleu_tokenized"] == pytest.approx(tokenized_bleu(words, refs)["bleu"])
-    assert "tok:none" in scores["bleu_tokenized_signature"]
+    _check_word_token_bleu(run_dir, tmp_path)
 
 
 def test_tokenized_bleu_is_unsmoothed_corpus_bleu_on_the_given_tokens():
@@ -140,27 +147,5 @@ def test_frozen_embedding_preset_trains_with_vectors_from_a_vec_file(multi30k_di
                "--input", str(tmp_path / "five.de"))
     lines = out.splitlines()
     assert len(lines) == 5 and all(line.count(" ||| ") == 4 for line in lines)
-    # evaluate adds the tutorial's BLEU: the output words against the references tokenized as trained
-    (tmp_path / "five.en").write_text("\n".join((tmp_path / "val.en").read_text().splitlines()[:5]) + "\n")
-    scores = json.loads(_cli("evaluate", "--model", str(run_dir), "--beam-size", "1", "--threads", "1", "--json",
-                             "--src", str(tmp_path / "five.de"), "--ref", str(tmp_path / "five.en")))
-    words = [json.loads(line)["hypotheses"][0]["tokens"][:-1] for line in _cli(
-        "translate", "--model", str(run_dir), "--beam-size", "1", "--threads", "1", "--format", "jsonl",
-        "--input", str(tmp_path / "five.de")).splitlines()]
-    refs = WordTokenizer([], "en", lowercase=True).tokenize((tmp_path / "five.en").read_text().splitlines())
-    assert all(w == w.lower() for r in refs for w in r)
-    assert scores["bleu_tokenized"] == pytest.approx(tokenized_bleu(words, refs)["bleu"])
-    assert "tok:none" in scores["bleu_tokenized_signature"]
+    _check_word_token_bleu(run_dir, tmp_path)
 
-
-def test_tokenized_bleu_is_unsmoothed_corpus_bleu_on_the_given_tokens():
-    ref = [["a", "man", "rides", "a", "bike"]]
-    assert tokenized_bleu([["a", "man", "rides", "a", "bike"]], ref)["bleu"] == pytest.approx(100.0)
-    # precisions 4/5, 3/4, 2/3, 1/2 and no brevity penalty: (1/5) ** (1/4)
-    assert tokenized_bleu([["a", "man", "rides", "a", "horse"]], ref)["bleu"] == pytest.approx(100 * 0.2 ** 0.25)
-    # no 4-gram in common: 0 without smoothing (sacreBLEU's default smoothing would not give 0)
-    assert tokenized_bleu([["a", "man", "rides", "one", "bike"]], ref)["bleu"] == 0.0
-    # tokens are taken as given: "Man" is not "man", "bike." is one token
-    assert tokenized_bleu([["A", "Man", "rides", "a", "bike."]], ref)["bleu"] == 0.0
-    with pytest.raises(ValueError):
-        tokenized_bleu([["a"]], [])
