@@ -4,8 +4,10 @@ Rows, each a fresh process on the same machine, alternating over ``--rounds`` (f
 
 - ``attnmt native fp32``: ``attnmt translate`` (PyTorch).
 - ``attnmt --engine ctranslate2 (int8)``: ``attnmt translate --engine ctranslate2`` on the int8
-  export of the same model (``attnmt export ctranslate2 --quantization int8``).
-- ``CTranslate2 itself (int8)``: the same exported model run by ``ct2_translate.py`` (CTranslate2's
+  export of the same model (``attnmt export ctranslate2 --quantization int8``: 7-bit weights).
+- ``... (int8, 8-bit weights)``: the same on the export with CTranslate2's own quantizer
+  (``--int8-weight-bits 8``), to show what the 7-bit weights change.
+- ``CTranslate2 itself (int8)``: the 7-bit export run by ``ct2_translate.py`` (CTranslate2's
   Python API and SentencePiece only): the time CTranslate2 itself needs for this model.
 - with ``--onmt-ct2 DIR``: a CTranslate2 model converted from OpenNMT-py (the suite's
   ``benchmarks/work/suite/ct2-*``), run by ``ct2_translate.py`` with its ``--onmt-compute-type``.
@@ -86,13 +88,16 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     args.src = _plain(args.data / "multi30k" / "test_2016_flickr.de.gz", args.work / "test.de", args.limit)
     ref = _plain(args.data / "multi30k" / "test_2016_flickr.en.gz", args.work / "test.en", args.limit)
-    ct2_dir = args.work / "ct2-int8"
-    if not (ct2_dir / "model.bin").is_file():
-        _run([sys.executable, "-m", "attnmt", "export", "ctranslate2", "--model", str(args.model), "--output",
-              str(ct2_dir), "--quantization", "int8"])
+    exports = {bits: args.work / f"ct2-int8-{bits}bit" for bits in (7, 8)}
+    for bits, ct2_dir in exports.items():
+        if not (ct2_dir / "model.bin").is_file():
+            _run([sys.executable, "-m", "attnmt", "export", "ctranslate2", "--model", str(args.model), "--output",
+                  str(ct2_dir), "--quantization", "int8", "--int8-weight-bits", str(bits)])
+    ct2_dir = exports[7]
     spm = ct2_dir / "spm.model"
     rows = {"attnmt native fp32": lambda o: _attnmt(args, "native", args.model, o),
             "attnmt --engine ctranslate2 (int8)": lambda o: _attnmt(args, "ctranslate2", ct2_dir, o),
+            "attnmt --engine ctranslate2 (int8, 8-bit weights)": lambda o: _attnmt(args, "ctranslate2", exports[8], o),
             "CTranslate2 itself (int8), same model": lambda o: _ct2_itself(args, ct2_dir, spm, "int8", o)}
     if args.onmt_ct2:
         rows[f"CTranslate2 ({args.onmt_compute_type}), OpenNMT-py model"] = lambda o: _ct2_itself(

@@ -77,6 +77,43 @@ def test_ctranslate2_int8_within_half_a_bleu(trained, tmp_path):
     assert native_bleu > 50 and abs(int8_bleu - native_bleu) <= 0.5
 
 
+def test_int8_rows_quantizer():
+    """7 bits: |q| <= 63 and each row's largest weight at 63; within half a step of the weight;
+    a zero row stays zero; 8 bits reach 127; other widths are refused."""
+    import numpy as np
+
+    from attnmt.interop.ctranslate2 import quantize_int8_rows
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((6, 40)).astype(np.float32) * np.array([[1], [3], [0.01], [0], [5], [1]], np.float32)
+    for bits, qmax in ((7, 63), (8, 127)):
+        q, scale = quantize_int8_rows(w, bits)
+        assert q.dtype == np.int8 and scale.dtype == np.float32 and scale.shape == (6,)
+        assert np.abs(q).max() == qmax
+        assert [int(np.abs(row).max()) for row in q] == [qmax, qmax, qmax, 0, qmax, qmax]
+        assert np.all(np.abs(q / scale[:, None] - w) <= 0.5 / scale[:, None] + 1e-7)
+        assert scale[3] == 1.0
+    with pytest.raises(ValueError, match="7 or 8 bits"):
+        quantize_int8_rows(w, 4)
+
+
+def test_ctranslate2_7bit_weights_dequantize_to_the_model(trained, tmp_path):
+    """The 7-bit int8 export in CTranslate2's layout: loaded at compute type float32 (CTranslate2
+    multiplies back by 1 / scale) it translates as the native model does on >= 95% of
+    sentences; the 8-bit export (CTranslate2's quantizer) is a different file."""
+    from attnmt.interop.ctranslate2 import CTranslate2Translator, export_ctranslate2
+
+    run_dir, _, sentences, native = trained
+    seven = export_ctranslate2(run_dir, tmp_path / "ct2-7", quantization="int8")
+    ours = CTranslate2Translator(seven, compute_type="float32").translate(sentences, beam_size=BEAM,
+                                                                          length_penalty=ALPHA)
+    assert _agreement(native, ours) >= 0.95
+    eight = export_ctranslate2(run_dir, tmp_path / "ct2-8", quantization="int8", int8_weight_bits=8)
+    assert (seven / "model.bin").read_bytes() != (eight / "model.bin").read_bytes()
+    with pytest.raises(ValueError, match="7 or 8 bits"):
+        export_ctranslate2(run_dir, tmp_path / "ct2-6", quantization="int8", int8_weight_bits=6)
+
+
 def test_onnxruntime_equals_native_search(trained, tmp_path):
     """attnmt's beam search over the ONNX graphs: >= 95% identical translations, scores equal
     within 1e-3; greedy search (beam 1) too, in batches of another size (dynamic axes)."""
@@ -112,6 +149,10 @@ def test_cli_export_and_engines(trained, tmp_path, capsys):
     assert main(["export", "onnx", "--model", str(run_dir), "--output", str(tmp_path / "onnx")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("attnmt: error:") and err.count("\n") == 1
+    assert main(["export", "onnx", "--model", str(run_dir), "--output", str(tmp_path / "onnx2"),
+                 "--int8-weight-bits", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "--int8-weight-bits" in err and err.count("\n") == 1 and not (tmp_path / "onnx2").exists()
 
 
 def test_missing_extra_names_it(monkeypatch):

@@ -205,10 +205,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.format == "ctranslate2":
         from attnmt.interop.ctranslate2 import export_ctranslate2
 
-        export_ctranslate2(args.model, args.output, args.quantization)
+        export_ctranslate2(args.model, args.output, args.quantization, args.int8_weight_bits)
     else:
-        if args.quantization:
-            raise AttnmtError("--quantization applies to the ctranslate2 export only")
+        if args.quantization or args.int8_weight_bits != 7:
+            raise AttnmtError("--quantization and --int8-weight-bits apply to the ctranslate2 export only")
         from attnmt.interop.onnx import export_onnx
 
         export_onnx(args.model, args.output)
@@ -473,6 +473,9 @@ def _add_interop_parsers(sub) -> None:
     p.add_argument("--quantization", choices=["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
                                                "float16", "bfloat16", "float32"],
                    help="ctranslate2: weight type (default float32)")
+    p.add_argument("--int8-weight-bits", type=int, choices=[7, 8], default=7,
+                   help="ctranslate2, int8 / int8_float32: 7 avoids the 16-bit saturation of int8 kernels on CPUs "
+                        "without VNNI; 8 is CTranslate2's own quantizer (default 7)")
     p.set_defaults(func=cmd_export)
 
 

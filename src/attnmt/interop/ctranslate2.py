@@ -17,6 +17,16 @@ log-probability per token); with k = 5 the rankings differ slightly. CTranslate2
 hypothesis' (normalised) score only: ``log_prob`` repeats it and the per-token
 probabilities are empty.
 
+int8 weights are stored in 7 bits by default (:func:`quantize_int8_rows`, |q| <= 63, one float32
+scale per row, CTranslate2's layout). On CPUs without VNNI instructions (AVX2, AVX-512 before
+Cascade Lake) CTranslate2's int8 GEMM runs through oneDNN's u8 x s8 kernels, whose pairwise
+products are summed in 16 bits and saturate when both operands are large: 255 x 127 x 2 >
+32767. oneDNN's guide ("Nuances of int8 computations") names 7-bit weights as the remedy; with
+them the sum stays below 255 x 63 x 2 = 32130. The saving in BLEU is measured in
+``benchmarks/RESULTS.md``; ``int8_weight_bits=8`` gives CTranslate2's own 8-bit quantizer (finer
+where nothing saturates: CPUs with VNNI, GPUs). The GPU types (int8_float16,
+int8_bfloat16) always take CTranslate2's quantizer: cuBLAS's int8 GEMM has no 16-bit step.
+
 Library: ctranslate2 (``pip install 'attnmt[export]'``).
 """
 
@@ -39,11 +49,12 @@ from attnmt.model.transformer import Transformer
 from attnmt.search.hypothesis import max_output_lengths
 
 ctranslate2 = require("ctranslate2")
-from ctranslate2.specs import common_spec, transformer_spec  # noqa: E402
+from ctranslate2.specs import common_spec, model_spec, transformer_spec  # noqa: E402
 
 log = logging.getLogger(__name__)
 
 QUANTIZATIONS = ["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32"]
+INT8_CPU_TYPES = ("int8", "int8_float32")  # quantizations that int8_weight_bits applies to
 ACTIVATIONS = {"relu": common_spec.Activation.RELU, "swish": common_spec.Activation.SWISH,
                "gelu": common_spec.Activation.GELU}
 
@@ -129,35 +140,88 @@ def _all_pieces(tokenizer: Tokenizer) -> list[str]:
     return tokenizer.pieces(list(range(len(tokenizer))))
 
 
-class AttnmtConverter(ctranslate2.converters.Converter):
-    """CTranslate2 converter of an attnmt model directory (``Converter.convert`` writes it)."""
+def quantize_int8_rows(weight: np.ndarray, bits: int = 7) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-row int8 quantization, CTranslate2's layout: ``weight ~ q / scale[:, None]``.
 
-    def __init__(self, model_dir: str | Path):
+    Args:
+        weight: float32 (rows, cols).
+        bits: 7 (|q| <= 63, see the module docstring) or 8 (|q| <= 127, CTranslate2's own).
+    Returns:
+        q: int8 (rows, cols); scale: float32 (rows,), (2^(bits-1) - 1) / max|row| (1 for a zero row).
+    Raises:
+        ValueError: bits not 7 or 8.
+    """
+    if bits not in (7, 8):
+        raise ValueError(f"int8 weights take 7 or 8 bits, not {bits}")
+    qmax = np.float32(2 ** (bits - 1) - 1)
+    amax = np.abs(weight).max(axis=1).astype(np.float32)
+    scale = np.where(amax > 0, qmax / np.maximum(amax, np.finfo(np.float32).tiny), np.float32(1))
+    q = np.clip(np.rint(weight * scale[:, None]), -qmax, qmax).astype(np.int8)
+    return q, scale.astype(np.float32)
+
+
+def _quantize_weights(spec, bits: int) -> None:
+    """Replace every weight that CTranslate2 quantizes (those with a ``*_scale`` slot: linear
+    layers and embeddings) by :func:`quantize_int8_rows` of it."""
+
+    def visit(layer, name: str, value) -> None:
+        key = name.rsplit("/", 1)[-1]
+        if isinstance(value, np.ndarray) and value.ndim == 2 and hasattr(layer, f"{key}_scale"):
+            q, scale = quantize_int8_rows(value.astype(np.float32), bits)
+            setattr(layer, key, q)
+            setattr(layer, f"{key}_scale", scale)
+
+    model_spec.visit_spec(spec, visit)
+
+
+class AttnmtConverter(ctranslate2.converters.Converter):
+    """CTranslate2 converter of an attnmt model directory (``Converter.convert`` writes it).
+
+    Args:
+        int8_bits: quantize the weights to int8 with this many bits here (module docstring);
+            then ``convert`` must be called with ``quantization=None``. None: leave them float32.
+    """
+
+    def __init__(self, model_dir: str | Path, int8_bits: int | None = None):
         self.model_dir = Path(model_dir)
+        self.int8_bits = int8_bits
 
     def _load(self):
         _, src_tok, tgt_tok, model = rundir.load_model_dir(self.model_dir)
-        return transformer_spec_of(model.eval(), _all_pieces(src_tok), _all_pieces(tgt_tok))
+        spec = transformer_spec_of(model.eval(), _all_pieces(src_tok), _all_pieces(tgt_tok))
+        if self.int8_bits is not None:
+            _quantize_weights(spec, self.int8_bits)
+        return spec
 
 
-def export_ctranslate2(model_dir: str | Path, output: str | Path, quantization: str | None = None) -> Path:
+def export_ctranslate2(model_dir: str | Path, output: str | Path, quantization: str | None = None,
+                       int8_weight_bits: int = 7) -> Path:
     """Convert a model directory into a CTranslate2 model directory ``output`` (module docstring).
 
     Args:
         quantization: CTranslate2's weight type (:data:`QUANTIZATIONS`), None = float32.
+        int8_weight_bits: for int8 and int8_float32, 7 (attnmt's quantizer, no 16-bit
+            saturation on CPUs without VNNI) or 8 (CTranslate2's own quantizer).
     Raises:
         CheckpointError: ``output`` exists and is not empty, or the model directory is incomplete.
-        ValueError: an unknown quantization.
+        ValueError: an unknown quantization, or int8_weight_bits not 7 or 8.
     """
     output = Path(output)
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(f"unknown quantization {quantization!r}; use one of {', '.join(QUANTIZATIONS)}")
+    if int8_weight_bits not in (7, 8):
+        raise ValueError(f"int8 weights take 7 or 8 bits, not {int8_weight_bits}")
     if output.exists() and any(output.iterdir()):
         raise CheckpointError(f"{output}: exists and is not empty; choose a new directory")
     rundir.read_config(model_dir)  # a missing or invalid model directory fails before any writing
-    AttnmtConverter(model_dir).convert(str(output), quantization=quantization, force=output.exists())
+    if quantization in INT8_CPU_TYPES and int8_weight_bits == 7:  # int8 weights quantized here, the rest float32
+        converter, quantization = AttnmtConverter(model_dir, int8_bits=7), None
+        kind = "int8 with 7-bit weights"
+    else:
+        converter, kind = AttnmtConverter(model_dir), quantization or "float32"
+    converter.convert(str(output), quantization=quantization, force=output.exists())
     rundir.copy_translation_files(model_dir, output)
-    log.info("wrote CTranslate2 model %s (%s)", output, quantization or "float32")
+    log.info("wrote CTranslate2 model %s (%s)", output, kind)
     return output
 
 
