@@ -95,21 +95,20 @@ def main() -> None:
                   str(ct2_dir), "--quantization", "int8", "--int8-weight-bits", str(bits)])
     ct2_dir = exports[7]
     spm = ct2_dir / "spm.model"
-    rows = {"attnmt native fp32": lambda o: _attnmt(args, "native", args.model, o),
-            "attnmt --engine ctranslate2 (int8)": lambda o: _attnmt(args, "ctranslate2", ct2_dir, o),
-            "attnmt --engine ctranslate2 (int8, 8-bit weights)": lambda o: _attnmt(args, "ctranslate2", exports[8], o),
-            "CTranslate2 itself (int8), same model": lambda o: _ct2_itself(args, ct2_dir, spm, "int8", o)}
+    # each row: how to run it (into a hypothesis file), and the SentencePiece model of its outputs
+    rows = {"attnmt native fp32": (lambda o: _attnmt(args, "native", args.model, o), spm),
+            "attnmt --engine ctranslate2 (int8)": (lambda o: _attnmt(args, "ctranslate2", ct2_dir, o), spm),
+            "attnmt --engine ctranslate2 (int8, 8-bit weights)": (
+                lambda o: _attnmt(args, "ctranslate2", exports[8], o), spm),
+            "CTranslate2 itself (int8), same model": (lambda o: _ct2_itself(args, ct2_dir, spm, "int8", o), spm)}
     if args.onmt_ct2:
-        rows[f"CTranslate2 ({args.onmt_compute_type}), OpenNMT-py model"] = lambda o: _ct2_itself(
-            args, args.onmt_ct2, args.onmt_spm, args.onmt_compute_type, o)
-    spms = {name: spm for name in rows}
-    if args.onmt_ct2:
-        spms[f"CTranslate2 ({args.onmt_compute_type}), OpenNMT-py model"] = args.onmt_spm
+        rows[f"CTranslate2 ({args.onmt_compute_type}), OpenNMT-py model"] = (lambda o: _ct2_itself(
+            args, args.onmt_ct2, args.onmt_spm, args.onmt_compute_type, o), args.onmt_spm)
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in rows}
     names = list(rows)
     for r in range(args.rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
-            times[name].append(rows[name](args.work / f"{len(times[name])}-{names.index(name)}.hyp"))
+            times[name].append(rows[name][0](args.work / f"{len(times[name])}-{names.index(name)}.hyp"))
     import sentencepiece
     from sacrebleu.metrics import BLEU
 
@@ -120,7 +119,7 @@ def main() -> None:
           "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for i, name in enumerate(names):
         hyps = (args.work / f"0-{i}.hyp").read_text(encoding="utf-8").splitlines()
-        sp = sentencepiece.SentencePieceProcessor(model_file=str(spms[name]))
+        sp = sentencepiece.SentencePieceProcessor(model_file=str(rows[name][1]))
         pieces = sum(len(p) + 1 for p in sp.encode(hyps))  # + EOS: one decoding step per piece
         best = min(times[name])
         score = BLEU().corpus_score(hyps, [refs]).score

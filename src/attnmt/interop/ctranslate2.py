@@ -167,7 +167,7 @@ def _quantize_weights(spec, bits: int) -> None:
     def visit(layer, name: str, value) -> None:
         key = name.rsplit("/", 1)[-1]
         if isinstance(value, np.ndarray) and value.ndim == 2 and hasattr(layer, f"{key}_scale"):
-            q, scale = quantize_int8_rows(value.astype(np.float32), bits)
+            q, scale = quantize_int8_rows(value, bits)  # float32: _np
             setattr(layer, key, q)
             setattr(layer, f"{key}_scale", scale)
 
