@@ -33,13 +33,15 @@ ALL = ("multi30k_de_en", "multi30k_en_de", "multi30k_en_fr", "tutorial_word_de_e
 
 
 def machine() -> str:
-    """CPU model, core count and whether it has bfloat16 kernels (avx512_bf16 / amx_bf16)."""
+    """CPU model (name, family and model number), core count and whether it has bfloat16 kernels."""
     info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
     flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), [])
     simd = "AVX-512 BF16" if "avx512_bf16" in flags or "amx_bf16" in flags else "AVX2 only" if "avx2" in flags \
         else "no AVX2"
-    return f"{os.cpu_count()}-core {model}, {simd}"
+    family = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("cpu family")), "?")
+    number = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model\t")), "?")
+    return f"{os.cpu_count()}-core {model} (family {family} model {number}), {simd}"
 
 
 def attnmt(*args: str, capture: bool = False) -> str:
