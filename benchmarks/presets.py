@@ -35,13 +35,13 @@ ALL = ("multi30k_de_en", "multi30k_en_de", "multi30k_en_fr", "tutorial_word_de_e
 def machine() -> str:
     """CPU model (name, family and model number), core count and whether it has bfloat16 kernels."""
     info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
-    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), [])
+    first_cpu = info.split("\n\n", 1)[0]  # "key : value" lines of processor 0
+    fields = {key.strip(): value.strip() for key, _, value in (ln.partition(":") for ln in first_cpu.splitlines())}
+    flags = fields.get("flags", "").split()
     simd = "AVX-512 BF16" if "avx512_bf16" in flags or "amx_bf16" in flags else "AVX2 only" if "avx2" in flags \
         else "no AVX2"
-    family = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("cpu family")), "?")
-    number = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model\t")), "?")
-    return f"{os.cpu_count()}-core {model} (family {family} model {number}), {simd}"
+    return (f"{os.cpu_count()}-core {fields.get('model name', '?')} (family {fields.get('cpu family', '?')} "
+            f"model {fields.get('model', '?')}), {simd}")
 
 
 def attnmt(*args: str, capture: bool = False) -> str:
