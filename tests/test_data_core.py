@@ -54,6 +54,8 @@ def test_make_batch_specials():
     assert b.tgt_in.tolist() == [[BOS_ID, 8, PAD_ID], [BOS_ID, 9, 10]]
     assert b.tgt_out.tolist() == [[8, EOS_ID, PAD_ID], [9, 10, EOS_ID]]
     assert b.num_tgt_tokens == 5
+    # a model whose decoder starts from another id (an imported MarianMT model: its pad token)
+    assert make_batch([[5]], [[8, 9]], start_id=PAD_ID).tgt_in.tolist() == [[PAD_ID, 8, 9]]
 
 
 def test_token_batches_budget_coverage_and_determinism():

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from attnmt import rundir
 from attnmt.config import config_from_dict
 from attnmt.data.batching import make_batch, sentence_batches
-from attnmt.data.tokenizers import UNK_ID, WordTokenizer
+from attnmt.data.tokenizers import PAD_ID, UNK_ID, WordTokenizer
 from attnmt.data.vectors import read_vec, write_vec
 from attnmt.decode.translator import Translator
 from attnmt.errors import DataError
@@ -275,6 +275,17 @@ def test_time_budget_schedule_fits_the_measured_rate(tmp_path):
     assert 4 < expected < math.inf  # 4 updates took a small part of the 10 minutes
     assert trainer.scheduler.get_last_lr()[0] == pytest.approx(time_budget_lr(5, expected, 0.05, 0.5))
 
+
+
+def test_training_batches_start_the_decoder_where_search_does(tmp_path):
+    """Teacher forcing feeds the decoder the id greedy and beam search start from."""
+    _word_corpus(tmp_path)
+    raw = _raw(tmp_path)
+    raw["model"]["decoder_start_id"] = PAD_ID
+    trainer = Trainer(config_from_dict(raw), tmp_path / "run", progress=False)
+    batches = trainer._next_update(trainer.epoch_batches(0))
+    assert batches and all(set(b.tgt_in[:, 0].tolist()) == {PAD_ID} for b in batches)
+    assert torch.equal(batches[0].tgt_in[:, 1:2], batches[0].tgt_out[:, :1])  # then the target, shifted
 
 # ---- decoding -----------------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ class Batch:
     """Padded tensors of one batch (all int64).
 
     src: (B, S) source ids + EOS, padded with PAD_ID.
-    tgt_in: (B, T) BOS + target ids (decoder input), padded.
+    tgt_in: (B, T) the decoder start id (BOS) + target ids (decoder input), padded.
     tgt_out: (B, T) target ids + EOS (labels), padded.
     """
 
@@ -51,11 +51,13 @@ def pad_sequences(seqs: list[list[int]], pad: int = PAD_ID) -> torch.Tensor:
     return out
 
 
-def make_batch(src_ids: list[list[int]], tgt_ids: list[list[int]]) -> Batch:
-    """Build a :class:`Batch` from unpadded source and target ids (without specials)."""
+def make_batch(src_ids: list[list[int]], tgt_ids: list[list[int]], start_id: int = BOS_ID) -> Batch:
+    """Build a :class:`Batch` from unpadded source and target ids (without specials);
+    ``start_id`` is the id the decoder input starts with (``model.decoder_start_id``, the id
+    greedy and beam search start from: BOS unless the model says otherwise)."""
     return Batch(
         src=pad_sequences([s + [EOS_ID] for s in src_ids]),
-        tgt_in=pad_sequences([[BOS_ID] + t for t in tgt_ids]),
+        tgt_in=pad_sequences([[start_id] + t for t in tgt_ids]),
         tgt_out=pad_sequences([t + [EOS_ID] for t in tgt_ids]),
     )
 

@@ -515,7 +515,7 @@ class Trainer:
             {'valid_loss': label-smoothed loss per token, 'valid_ppl': exp(NLL per token),
              'valid_bleu', 'valid_chrf'} (None for what was not computed).
         """
-        data, tc = self.data.valid, self.config.train
+        data, tc, start = self.data.valid, self.config.train, self.config.model.decoder_start_id
         if data is None:
             return {"valid_loss": None, "valid_ppl": None, "valid_bleu": None, "valid_chrf": None}
         self.model.eval()
@@ -523,7 +523,7 @@ class Trainer:
         tokens = 0
         with autocast(self.precision, self.device.type):
             for idx in token_batches(data.lengths(), tc.batch_tokens):
-                batch = make_batch([data.src[i] for i in idx], [data.tgt[i] for i in idx])
+                batch = make_batch([data.src[i] for i in idx], [data.tgt[i] for i in idx], start)
                 loss, nll = self.batch_loss(batch.to(self.device))
                 loss_sum, nll_sum, tokens = loss_sum + loss.item(), nll_sum + nll.item(), tokens + batch.num_tgt_tokens
             scores = corpus_scores(self._greedy_translations(data), self.data.valid_refs) if tc.valid_bleu else {}
@@ -698,8 +698,8 @@ class Trainer:
         group = batches[self.state.batch_in_epoch: self.state.batch_in_epoch + width]
         if len(group) < self.ranks.world_size:
             return None
-        corpus = self.data.train
-        return [make_batch([corpus.src[i] for i in idx], [corpus.tgt[i] for i in idx])
+        corpus, start = self.data.train, self.config.model.decoder_start_id
+        return [make_batch([corpus.src[i] for i in idx], [corpus.tgt[i] for i in idx], start)
                 for idx in distributed.share(group, self.ranks)]
 
     def _run_epoch(self, batches: list[list[int]]) -> str | None:
