@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from setting import cpu_fields  # benchmarks/setting.py (this script's folder is on sys.path)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 ALL = ("multi30k_de_en", "multi30k_en_de", "multi30k_en_fr", "tutorial_word_de_en", "prenorm_frozen_de_en",
@@ -34,9 +36,7 @@ ALL = ("multi30k_de_en", "multi30k_en_de", "multi30k_en_fr", "tutorial_word_de_e
 
 def machine() -> str:
     """CPU model (name, family and model number), core count and whether it has bfloat16 kernels."""
-    info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    first_cpu = info.split("\n\n", 1)[0]  # "key : value" lines of processor 0
-    fields = {key.strip(): value.strip() for key, _, value in (ln.partition(":") for ln in first_cpu.splitlines())}
+    fields = cpu_fields()
     flags = fields.get("flags", "").split()
     simd = "AVX-512 BF16" if "avx512_bf16" in flags or "amx_bf16" in flags else "AVX2 only" if "avx2" in flags \
         else "no AVX2"

@@ -13,7 +13,6 @@ import importlib.metadata
 import json
 import os
 import platform
-import re
 import string
 import subprocess
 import time
@@ -97,31 +96,32 @@ def versions(work_root: Path) -> dict:
     return out
 
 
-def machine_info(probe: dict) -> dict:
-    """CPU model, cores, memory (GiB), vector ISA flags, kernel, Python and (from the matmul
-    probe) torch versions."""
-    cpu = "unknown CPU"
+def cpu_fields() -> dict[str, str]:
+    """Processor 0's ``key: value`` lines of /proc/cpuinfo ('model name', 'cpu family', 'model',
+    'flags', ...); empty where there is no /proc/cpuinfo."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
-        pass
+        return {}
+    first_cpu = info.split("\n\n", 1)[0]
+    return {key.strip(): value.strip() for key, _, value in (ln.partition(":") for ln in first_cpu.splitlines())}
+
+
+def machine_info(probe: dict) -> dict:
+    """CPU model (name, family and model number), cores, memory (GiB), vector ISA flags, kernel,
+    Python and (from the matmul probe) torch versions."""
+    cpu = cpu_fields()
     mem = 0
     try:
         mem = int(next(ln for ln in Path("/proc/meminfo").read_text().splitlines()
                        if ln.startswith("MemTotal")).split()[1]) * 1024
     except (OSError, StopIteration):
         pass
-    flags = ""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if re.search(rf"\b{f}\b", text)]
-        flags = ", ".join(isa)
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "mem_gib": round(mem / 2**30, 1), "isa": flags,
+    flags = cpu.get("flags", "").split()
+    isa = ", ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags)
+    name = (f"{cpu.get('model name', 'unknown CPU')} (family {cpu.get('cpu family', '?')} "
+            f"model {cpu.get('model', '?')})")
+    return {"cpu": name, "cores": os.cpu_count(), "mem_gib": round(mem / 2**30, 1), "isa": isa,
             "kernel": platform.release(), "python": platform.python_version(), "torch": probe.get("torch")}
 
 
