@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from setting import cpu_fields  # benchmarks/setting.py (this script's folder is on sys.path)
+from setting import cpu_fields, cpu_name  # benchmarks/setting.py (this script's folder is on sys.path)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -40,8 +40,7 @@ def machine() -> str:
     flags = fields.get("flags", "").split()
     simd = "AVX-512 BF16" if "avx512_bf16" in flags or "amx_bf16" in flags else "AVX2 only" if "avx2" in flags \
         else "no AVX2"
-    return (f"{os.cpu_count()}-core {fields.get('model name', '?')} (family {fields.get('cpu family', '?')} "
-            f"model {fields.get('model', '?')}), {simd}")
+    return f"{os.cpu_count()}-core {cpu_name(fields)}, {simd}"
 
 
 def attnmt(*args: str, capture: bool = False) -> str:
