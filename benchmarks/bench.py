@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """attnmt's benchmark suite: attnmt and its peers side by side, in one run, on one machine.
 
-What it measures (see RESULTS.md, which this script rewrites):
+What it measures (its full report goes to ``--results``, by default benchmarks/work/suite/report.md;
+the current figures are copied into benchmarks/RESULTS.md's sections):
 
 1. The machine limit: float32 and bfloat16 2048x2048 matmul GFLOP/s on the benchmark's threads
    (bfloat16 512x512 on a CPU without bfloat16 kernels, where attnmt's bf16 rows are left out
@@ -32,7 +33,7 @@ otherwise. ``benchmarks/run.sh`` is the one command.
 
 This script is the command line and the order of the phases; the work is done by the modules
 beside it: measure.py (running a command: seconds, peak RSS, others' CPU load), setting.py (the
-shared setting, environments, data), training.py, decoding.py and report.py (RESULTS.md).
+shared setting, environments, data), training.py, decoding.py and report.py (the Markdown report).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argpars
     """The command line (this module's docstring is its description)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", default=str(HERE / "work"), help="work folder (venvs, data, runs); default benchmarks/work")
-    ap.add_argument("--data-dir", default=os.environ.get("ATTNMT_DATA", "/work/shared/data"),
+    ap.add_argument("--data-dir", default=os.environ.get("ATTNMT_DATA"),
                     help="folder holding multi30k/{train,val,test_2016_flickr}.{de,en}.gz (default $ATTNMT_DATA)")
     ap.add_argument("--updates", type=int, default=120, help="updates per toolkit per round")
     ap.add_argument("--rounds", type=int, default=2, help="training rounds; the order alternates between rounds")
@@ -79,7 +80,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argpars
     ap.add_argument("--no-decode", action="store_true", help="training only")
     ap.add_argument("--no-train", action="store_true", help="no timed training rounds (machine limit and translation)")
     ap.add_argument("--nice", type=int, default=0, help="run every command under nice -n N (smoke tests)")
-    ap.add_argument("--results", default=str(HERE / "RESULTS.md"), help="the Markdown file to rewrite")
+    ap.add_argument("--results", default=str(HERE / "work" / "suite" / "report.md"),
+                    help="the Markdown report to write (default benchmarks/work/suite/report.md)")
     ap.add_argument("--report-only", action="store_true",
                     help="rewrite --results from the last run's work/suite/results.json (same options as that run)")
     ap.add_argument("--matmul-probe", action="store_true", help=argparse.SUPPRESS)
@@ -89,6 +91,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argpars
 def make_setting(args: argparse.Namespace, argv: list[str] | None) -> Setting:
     """The run's Setting from the command line; ``bf16`` from this CPU (no bf16 rows without
     bfloat16 kernels)."""
+    if not args.data_dir:
+        sys.exit("bench.py: error: name the directory holding multi30k/ with --data-dir or ATTNMT_DATA")
     work = Path(args.work).resolve() / "suite"
     model = Path(args.attnmt_model).resolve() if args.attnmt_model else None
     cmd = os.environ.get("BENCH_COMMAND") or "python benchmarks/bench.py " + shlex.join(argv or sys.argv[1:])
@@ -170,7 +174,7 @@ def translations(s: Setting, train: dict[str, dict], res: dict, failures: list[s
 
 def main(argv: list[str] | None = None) -> int:
     """The suite: setting, machine limit, timed training rounds, translation, results.json and
-    RESULTS.md. Exit status 1 if a run failed (the others still reported)."""
+    the Markdown report. Exit status 1 if a run failed (the others still reported)."""
     ap, args = parse_args(argv)
     if args.matmul_probe:
         print(json.dumps(matmul_probe(args.threads)))

@@ -20,7 +20,7 @@ each model's SentencePiece model, EOS included) and milliseconds per 1000 of the
 emit outputs of other lengths comparable (a beam search's time follows the tokens it emits). Prints a Markdown table and one JSON object.
 
 Usage (from the repository root, with a model directory trained on Multi30k de-en):
-    .venv/bin/python benchmarks/engines.py --model benchmarks/work/m30k --data /work/shared/data
+    .venv/bin/python benchmarks/engines.py --model runs/de-en --data "$ATTNMT_DATA"
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ from pathlib import Path
 
 import httpx
 
-DEFAULT_INPUT = Path(os.environ.get("ATTNMT_DATA", "../shared/data")) / "multi30k" / "test_2016_flickr.de.gz"
+DEFAULT_INPUT = (Path(os.environ["ATTNMT_DATA"]) / "multi30k" / "test_2016_flickr.de.gz"
+                 if os.environ.get("ATTNMT_DATA") else None)
 
 
 def rss_mib(pid: int) -> float:
@@ -149,6 +150,8 @@ def main() -> None:
                     "(default: all); 0 skips the offline comparison")
     ap.add_argument("--output", type=Path, help="also write the report here (JSON)")
     args = ap.parse_args()
+    if args.input is None:
+        ap.error("--input FILE, or ATTNMT_DATA naming the directory that holds multi30k/")
     sentences = read_sentences(args.input)
     proc, url = start_server(args.model, args.threads, args.set)
     report = {"clients": args.clients, "input": str(args.input), "server_settings": args.set,

@@ -95,9 +95,12 @@ def run_preset(name: str, runs: Path, data: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--presets", default=",".join(ALL), help="comma-separated preset names (configs/NAME.yaml)")
-    ap.add_argument("--data-dir", type=Path, default=Path(os.environ.get("ATTNMT_DATA", "../shared/data")))
+    ap.add_argument("--data-dir", type=Path, default=os.environ.get("ATTNMT_DATA"),
+                    help="directory holding multi30k/ (default $ATTNMT_DATA)")
     ap.add_argument("--runs", type=Path, default=HERE / "work" / "presets")
     args = ap.parse_args()
+    if args.data_dir is None:
+        ap.error("name the directory holding multi30k/ with --data-dir or ATTNMT_DATA")
     args.runs.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in args.presets.split(","):

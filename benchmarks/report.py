@@ -1,8 +1,8 @@
-"""RESULTS.md from the suite's results (the dict that ``work/suite/results.json`` holds).
+"""The suite's Markdown report from its results (the dict that ``work/suite/results.json`` holds).
 
-The file has the run's date, machine and command, the machine limit, the training and
-translation tables and the notes on method. Everything from the line :data:`MARKER` to the end
-of the existing file is a hand-kept record of other measurements: rewriting keeps it as it is.
+The report has the run's date, machine and command, the machine limit, the training and
+translation tables and the notes on method; its figures are copied into the sections of
+``benchmarks/RESULTS.md`` (the record of current figures).
 """
 
 from __future__ import annotations
@@ -10,9 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from setting import LABEL, MAX_OUTPUT, Setting
-
-MARKER = "<!-- hand-kept record below: the suite keeps this part -->"
-
 
 def gib(x: int) -> str:
     """Bytes as GiB with two decimals."""
@@ -186,7 +183,7 @@ def _notes(s: Setting, res: dict) -> list[str]:
 
 
 def render(s: Setting, res: dict) -> str:
-    """The suite's part of RESULTS.md (Markdown, ending in a newline)."""
+    """The suite's report (Markdown, ending in a newline)."""
     lines = _header(s, res)
     if res.get("train"):
         lines += _training(s, res)
@@ -198,18 +195,8 @@ def render(s: Setting, res: dict) -> str:
     return "\n".join(lines)
 
 
-def kept_record(path: Path) -> str:
-    """The hand-kept part of ``path``: from its :data:`MARKER` line to the end ('' if the file or
-    the marker is absent)."""
-    if not path.exists():
-        return ""
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.strip() == MARKER), None)
-    return "" if start is None else "".join(lines[start:])
-
-
 def write_results(s: Setting, res: dict) -> None:
-    """Rewrite ``s.results`` from ``res``, keeping its hand-kept record (after a blank line)."""
-    kept = kept_record(s.results)
-    s.results.write_text(render(s, res) + ("\n" + kept if kept else ""), encoding="utf-8")
+    """Write the report of ``res`` to ``s.results``."""
+    s.results.parent.mkdir(parents=True, exist_ok=True)
+    s.results.write_text(render(s, res), encoding="utf-8")
     print(f"[bench] wrote {s.results}", flush=True)

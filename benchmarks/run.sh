@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # attnmt's benchmark suite in one command, from the repository root:
 #
-#   bash benchmarks/run.sh                 # its wall time on a 2-core machine: RESULTS.md
+#   bash benchmarks/run.sh                 # about 40-55 minutes on a 2-core machine
 #   bash benchmarks/run.sh --updates 200   # any option of benchmarks/bench.py (--help lists them)
 #
 # 1. makes the peers' virtual environments under benchmarks/work/ (gitignored; first time only,
 #    about 2-3 minutes): JoeyNMT 2.3.0, and OpenNMT-py 3.5.1 + CTranslate2, each on the CPU torch 2.13.0;
 # 2. runs benchmarks/bench.py in attnmt's own .venv (made here with attnmt installed editable if
 #    absent): machine limit, alternating training rounds, translation, memory;
-# 3. rewrites benchmarks/RESULTS.md (raw numbers: benchmarks/work/suite/results.json).
-# Multi30k is read from $ATTNMT_DATA/multi30k (default /work/shared/data/multi30k).
+# 3. writes its report to benchmarks/work/suite/report.md (raw numbers: results.json beside it).
+# Multi30k is read from $ATTNMT_DATA/multi30k (or --data-dir DIR).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(dirname "$HERE")"
