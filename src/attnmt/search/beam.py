@@ -17,18 +17,24 @@ The source side (encoder output, padding mask, source-attention keys and values)
 per sentence, not once per beam: the K beams attend to it together (``MultiHeadAttention``),
 and it moves only when sentences leave.
 
+With ``constraints`` (``attnmt.search.constraints``), a sentence's candidates are reordered by
+dynamic beam allocation (Post & Vilar, 2018) before the same finishing and selection; EOS waits
+until its phrases are met. Sentences without phrases are searched as above, unchanged.
+
 Shapes: B batch (sentences), n sentences still searched, K beam size, S source length, V
 vocabulary, t tokens generated so far.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from attnmt.data.tokenizers import BOS_ID, EOS_ID
 from attnmt.model.transformer import Transformer
+from attnmt.search.constraints import ConstraintTracker, Phrases
 from attnmt.search.hypothesis import Hypothesis, max_output_lengths
 
 
@@ -142,6 +148,7 @@ def _is_done(finished: list[Hypothesis], best_open: float, t: int, limit: int, n
 def beam_search(
     model: Transformer, src: torch.Tensor, beam_size: int = 5, alpha: float = 0.6,
     length_penalty_k: float = 5.0, max_len_a: float = 1.5, max_len_b: int = 10, nbest: int = 1,
+    constraints: Sequence[Phrases] | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search over a batch of sentences.
 
@@ -152,17 +159,23 @@ def beam_search(
         alpha, length_penalty_k: the length penalty's exponent and constant (0.6 and 5).
         max_len_a, max_len_b: output limit ``a * source length + b`` tokens (EOS included).
         nbest: hypotheses returned per sentence (1 <= nbest <= beam_size).
+        constraints: None, or one entry per sentence: the phrases (target token-id sequences)
+            its output must contain (``attnmt.search.constraints``: dynamic beam allocation).
+            Sentences without phrases are searched exactly as without constraints; a sentence
+            whose phrases cannot fit its length limit is searched without them (a warning).
     Returns:
         For each sentence, in input order, ``nbest`` :class:`Hypothesis` sorted best first
         (always ``nbest``, see :func:`_nbest`).
     Raises:
-        ValueError: nbest outside [1, beam_size], or a vocabulary smaller than 2 * beam_size.
+        ValueError: nbest outside [1, beam_size], a vocabulary smaller than 2 * beam_size, or
+            constraints that do not match the batch or hold special ids.
     """
     if not 1 <= nbest <= beam_size:
         raise ValueError(f"nbest must be between 1 and beam_size ({beam_size}), got {nbest}")
     K, device = beam_size, src.device
     memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S): one row per sentence
     limits = max_output_lengths(src, model.pad_id, max_len_a, max_len_b, model.config.max_positions - 1).tolist()
+    tracker = ConstraintTracker(constraints, K, limits) if constraints is not None else None
     cache = model.init_cache()
     beams = _Beams.start(src.size(0), K, device, model.config.decoder_start_id)
     finished: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
@@ -171,8 +184,14 @@ def beam_search(
         logp = model.decode_step(beams.history[:, -1:], memory, src_mask, cache)  # (n*K, V)
         memory = None  # from now on the cache holds the source keys/values
         at_limit = torch.tensor([limits[s] <= t + 1 for s in beams.active], device=device)  # (n,)
+        constrained = tracker is not None and tracker.any(beams.active)
+        if constrained:  # no EOS before every phrase is met
+            logp = tracker.mask_eos(logp, beams.active)
         ext = best_extensions(beams.scores, logp, at_limit)
         t += 1
+        if constrained:  # dynamic beam allocation reorders a constrained sentence's candidates
+            ext = Extensions(*tracker.reorder(ext.scores, ext.rows, ext.tokens, ext.token_lp, beams.scores, logp,
+                                              beams.active, t))
         _finish(ext, beams, finished, alpha, length_penalty_k)
         # The K best non-EOS extensions stay open (a stable sort keeps their rank order).
         order = torch.argsort((ext.tokens == EOS_ID).to(torch.int8), dim=1, stable=True)[:, :K]  # (n, K)
@@ -193,6 +212,8 @@ def beam_search(
             beams.active = [beams.active[i] for i in keep]
         else:  # beams moved only within their sentences: the source side stays in place
             cache.reorder(rows)
+        if tracker is not None:
+            tracker.advance(rows, tokens.view(-1), beams.active)
         beams.scores = scores
         beams.history = torch.cat([beams.history.index_select(0, rows), tokens], dim=1)
         beams.history_lp = torch.cat([beams.history_lp.index_select(0, rows), token_lp], dim=1)
