@@ -16,10 +16,19 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
 from attnmt.device import DEVICE_NAME
 from attnmt.errors import ConfigError
+
+
+class KeyRuleError(ValueError):
+    """A cross-field rule broken by the configuration key ``key`` ('section.name'): the error
+    message names the key (and the line that sets it, where a file does)."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
 
 
 class _Section(BaseModel):
@@ -27,31 +36,69 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
+class CorpusEntry(_Section):
+    """One training corpus of ``data.train``: two line-aligned files and its weight."""
+
+    src: str = Field(description="source-side file (plain or gzip), line-aligned with tgt")
+    tgt: str = Field(description="target-side file (plain or gzip)")
+    weight: float = Field(1.0, gt=0, description="how many times an epoch samples each pair of this corpus: 1 "
+                          "once, 2 twice, 0.5 a random half drawn anew every epoch (fractions sampled without "
+                          "replacement, seeded by train.seed and the epoch)")
+
+
+class FilterConfig(_Section):
+    """Filters applied when a corpus is prepared (``attnmt.data.prepare``); pairs with an empty
+    side and pairs longer than ``data.max_len`` subwords are always dropped. Each drop is counted
+    in the prepared directory's manifest."""
+
+    max_length_ratio: float | None = Field(
+        None, gt=1.0, description="drop a pair unless longer side / shorter side (subwords) is below this "
+        "(opusfilter's LengthRatioFilter, counted in subwords); None: off, as in fairseq and Marian")
+    dedup: bool = Field(False, description="drop a pair whose exact (source, target) text was seen before "
+                        "(64-bit hash of the pair); off by default")
+    copies: bool = Field(False, description="drop a pair whose source text equals its target text; off by default")
+
+
 class DataConfig(_Section):
     """Where the parallel corpus comes from.
 
     Either a registered ``dataset`` (``multi30k``) with a language ``pair`` (``de-en``), read from
     ``data_dir`` (or the ``ATTNMT_DATA`` environment variable, or downloaded), or explicit
-    line-aligned files ``train_src``/``train_tgt`` (and optionally ``valid_src``/``valid_tgt``).
+    line-aligned files ``train_src``/``train_tgt`` (and optionally ``valid_src``/``valid_tgt``),
+    or several weighted corpora ``train: [{src, tgt, weight}, ...]``, or a directory made by
+    ``attnmt prepare`` (``prepared``), from which training reads no text.
     """
 
-    dataset: str | None = None
-    pair: str | None = None
-    data_dir: str | None = None
-    train_split: str = "train"
-    valid_split: str = "val"
-    test_split: str | None = "test_2016_flickr"
-    train_src: str | None = None
-    train_tgt: str | None = None
-    valid_src: str | None = None
-    valid_tgt: str | None = None
-    max_len: int = Field(100, gt=0, description="drop training pairs longer than this (subword tokens)")
+    dataset: str | None = Field(None, description="a registered dataset (multi30k), with data.pair")
+    pair: str | None = Field(None, description="language pair of the dataset, e.g. de-en")
+    data_dir: str | None = Field(None, description="local directory holding the dataset (default $ATTNMT_DATA)")
+    train_split: str = Field("train", description="the dataset's training split")
+    valid_split: str = Field("val", description="the dataset's validation split")
+    test_split: str | None = Field("test_2016_flickr", description="the dataset's test split")
+    train_src: str | None = Field(None, description="training source file (plain or gzip)")
+    train_tgt: str | None = Field(None, description="training target file, line-aligned with train_src")
+    train: list[CorpusEntry] | None = Field(
+        None, description="several training corpora with weights, instead of train_src/train_tgt")
+    prepared: str | None = Field(
+        None, description="a directory written by 'attnmt prepare' (memory-mapped token shards, tokenizers, "
+        "validation set); training then reads no text and ignores the other data keys")
+    valid_src: str | None = Field(None, description="validation source file")
+    valid_tgt: str | None = Field(None, description="validation target file")
+    max_len: int = Field(100, gt=0, description="drop training and validation pairs longer than this (subword "
+                         "tokens)")
     valid_max_sentences: int | None = Field(None, gt=0, description="use only the first N validation pairs")
+    filter: FilterConfig = Field(default_factory=FilterConfig, description="optional corpus filters (off by "
+                                 "default)")
 
     @model_validator(mode="after")
     def _one_source(self) -> "DataConfig":
-        if self.dataset is None and (self.train_src is None or self.train_tgt is None):
-            raise ValueError("give either data.dataset (with data.pair) or data.train_src and data.train_tgt")
+        sources = [self.dataset is not None, self.train_src is not None or self.train_tgt is not None,
+                   self.train is not None, self.prepared is not None]
+        if sum(sources) != 1 or (sources[1] and (self.train_src is None or self.train_tgt is None)):
+            raise ValueError("give one of data.dataset (with data.pair), data.train_src and data.train_tgt, "
+                             "data.train (a list of {src, tgt, weight}) or data.prepared")
+        if self.train is not None and not self.train:
+            raise ValueError("data.train lists no corpus")
         if self.dataset is not None and self.pair is None:
             raise ValueError("data.dataset needs data.pair, e.g. 'de-en'")
         if (self.valid_src is None) != (self.valid_tgt is None):
@@ -66,10 +113,14 @@ class TokenizerConfig(_Section):
     kind: Literal["sentencepiece", "word"] = Field(
         "sentencepiece", description="sentencepiece: subwords; word: spaCy's rule-based word tokens (spacy.blank, "
         "no model download) with a vocabulary of frequent words, the rest <unk>; output detokenized by sacremoses")
-    model_type: Literal["unigram", "bpe"] = "unigram"
-    vocab_size: int = Field(8000, gt=8, description="SentencePiece pieces (per model); ignored by kind word")
-    joint: bool = True
-    character_coverage: float = Field(1.0, gt=0.0, le=1.0)
+    model_type: Literal["unigram", "bpe"] = Field(
+        "unigram", description="SentencePiece algorithm: unigram language model (Kudo, 2018) or BPE (Sennrich et al., "
+        "2016)")
+    vocab_size: int = Field(8000, gt=8, description="SentencePiece pieces (per model)")
+    joint: bool = Field(True, description="one SentencePiece model and vocabulary for both languages (needed by "
+                        "model.share_embeddings); false: one per side (kind word needs false)")
+    character_coverage: float = Field(1.0, gt=0.0, le=1.0, description="share of the training characters "
+                                      "SentencePiece keeps as pieces; the rarest others become <unk>")
     max_sentences: int = Field(2_000_000, gt=0, description="sentences sampled to train SentencePiece")
     lowercase: bool = Field(False, description="kind word: lowercase the text before tokenizing")
     min_freq: int = Field(1, gt=0, description="kind word: keep words seen at least this often in training")
@@ -86,17 +137,20 @@ class TokenizerConfig(_Section):
 class ModelConfig(_Section):
     """The Transformer's hyper-parameters (Vaswani et al., 2017, Table 3; base: 512/8/2048/6)."""
 
-    d_model: int = Field(512, gt=0)
-    num_heads: int = Field(8, gt=0)
-    d_ff: int = Field(2048, gt=0)
-    num_encoder_layers: int = Field(6, gt=0)
-    num_decoder_layers: int = Field(6, gt=0)
+    d_model: int = Field(512, gt=0, description="width of embeddings and of every sub-layer's output (paper: 512)")
+    num_heads: int = Field(8, gt=0, description="attention heads per multi-head attention (paper: 8)")
+    d_ff: int = Field(2048, gt=0, description="inner width of the position-wise feed-forward network (paper: 2048)")
+    num_encoder_layers: int = Field(6, gt=0, description="encoder layers N (paper: 6)")
+    num_decoder_layers: int = Field(6, gt=0, description="decoder layers N (paper: 6)")
     dropout: float = Field(0.1, ge=0.0, lt=1.0, description="P_drop on sub-layer outputs and embeddings")
     attention_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on attention weights")
     activation_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout inside the feed-forward")
     norm_first: bool = Field(False, description="pre-norm; the paper is post-norm (False)")
-    positional: Literal["sinusoidal", "learned"] = "sinusoidal"
-    max_positions: int = Field(1024, gt=0)
+    positional: Literal["sinusoidal", "learned"] = Field(
+        "sinusoidal", description="positional encodings: the fixed sinusoids of section 3.5, or a learned table "
+        "(one trained vector per position)")
+    max_positions: int = Field(1024, gt=0, description="longest sequence the positional encodings cover (tokens, "
+                               "EOS included)")
     share_embeddings: bool = Field(False, description="one embedding for source and target (joint vocab)")
     tie_output: bool = Field(True, description="output projection shares the target embedding (sec. 3.4)")
     output_bias: bool = Field(False, description="a learned bias on the logits; the paper has none")
@@ -142,24 +196,27 @@ class ModelConfig(_Section):
     @model_validator(mode="after")
     def _heads_divide(self) -> "ModelConfig":
         if self.head_dim is None and self.d_model % self.num_heads:
-            raise ValueError(f"model.d_model ({self.d_model}) must be divisible by model.num_heads ({self.num_heads})")
+            raise KeyRuleError("model.num_heads", f"model.d_model ({self.d_model}) must be divisible by "
+                               f"model.num_heads ({self.num_heads})")
         if self.pre_post_norm and self.norm_first:
-            raise ValueError("model.pre_post_norm and model.norm_first exclude each other")
+            raise KeyRuleError("model.pre_post_norm", "model.pre_post_norm and model.norm_first exclude each other")
         if self.freeze_embeddings and self.tie_output:
-            raise ValueError("model.freeze_embeddings would freeze the tied output layer too; set model.tie_output "
-                             "false")
+            raise KeyRuleError("model.freeze_embeddings", "model.freeze_embeddings would freeze the tied output "
+                               "layer too; set model.tie_output false")
         return self
 
 
 class TrainConfig(_Section):
     """Optimisation (paper section 5): Adam, the warmup schedule, label smoothing, batching."""
 
-    seed: int = 1
+    seed: int = Field(1, description="seed of initialisation, batch order and dropout; the same seed and data "
+                      "give the same run")
     batch_tokens: int = Field(4096, gt=0, description="padded tokens per batch (sentences x longest side)")
     accum_steps: int = Field(1, gt=0, description="batches per process accumulated into one update; an update "
                              "takes accum_steps x processes batches")
-    max_steps: int | None = Field(None, gt=0)
-    max_epochs: int | None = Field(None, gt=0)
+    max_steps: int | None = Field(None, gt=0, description="stop after this many updates (None: no limit)")
+    max_epochs: int | None = Field(None, gt=0, description="stop after this many passes over the training data "
+                                   "(None: no limit)")
     max_minutes: float | None = Field(None, gt=0, description="wall-clock budget; stop cleanly after it")
     batch_sentences: int | None = Field(
         None, gt=0, description="sentences per batch; when set, batches are counted in sentences, not batch_tokens")
@@ -170,7 +227,8 @@ class TrainConfig(_Section):
     lr: float = Field(1e-3, gt=0, description="peak rate for constant/inverse_sqrt/time_budget, initial rate for "
                       "cosine_restarts")
     lr_factor: float = Field(1.0, gt=0, description="'factor' of the noam schedule")
-    warmup_steps: int = Field(4000, ge=0)
+    warmup_steps: int = Field(4000, ge=0, description="noam, constant, inverse_sqrt: updates of linear warmup "
+                              "(paper: 4000)")
     first_decay_steps: int = Field(1000, gt=0, description="cosine_restarts: updates in the first period")
     t_mul: float = Field(2.0, gt=0, description="cosine_restarts: each period is t_mul times the previous one")
     m_mul: float = Field(1.0, gt=0, description="cosine_restarts: each restart's rate is m_mul times the previous")
@@ -191,26 +249,41 @@ class TrainConfig(_Section):
         "with its time")
     epoch_checkpoints: bool = Field(False, description="keep the weights after every epoch as "
                                     "checkpoints/epoch_N.safetensors")
-    adam_betas: tuple[Annotated[float, Field(ge=0.0, lt=1.0)], Annotated[float, Field(ge=0.0, lt=1.0)]] = (0.9, 0.98)
-    adam_eps: float = Field(1e-9, gt=0)
-    weight_decay: float = Field(0.0, ge=0.0)
-    label_smoothing: float = Field(0.1, ge=0.0, lt=1.0)
-    clip_norm: float | None = Field(1.0, gt=0)
+    adam_betas: tuple[Annotated[float, Field(ge=0.0, lt=1.0)], Annotated[float, Field(ge=0.0, lt=1.0)]] = Field(
+        (0.9, 0.98), description="adam: beta1 and beta2 (paper: 0.9, 0.98)")
+    adam_eps: float = Field(1e-9, gt=0, description="adam: epsilon (paper: 1e-9)")
+    weight_decay: float = Field(0.0, ge=0.0, description="L2 penalty added to the gradients by the optimizer "
+                                "(torch.optim's weight_decay); the paper has none")
+    label_smoothing: float = Field(0.1, ge=0.0, lt=1.0, description="epsilon_ls of label smoothing (paper section "
+                                   "5.4: 0.1)")
+    clip_norm: float | None = Field(1.0, gt=0, description="clip the gradient's global L2 norm to this (None: no "
+                                    "clipping, as in the paper)")
     precision: Literal["fp32", "bf16", "fp16"] = Field(
         "fp32", description="fp32; bf16 autocast (CPUs with fast bfloat16, CUDA); fp16 autocast with loss scaling "
         "(CUDA only, fp32 elsewhere); the paper trained in float32")
     device: str = Field("auto", pattern=DEVICE_NAME, description="auto (CUDA, then MPS, then CPU), cpu, cuda, "
                         "cuda:N or mps; under torchrun 'cuda' is the GPU of the process's LOCAL_RANK")
-    num_threads: int | None = Field(None, gt=0)
+    num_threads: int | None = Field(None, gt=0, description="CPU threads of PyTorch (None: its default, one per "
+                                    "core)")
     valid_every: int = Field(1000, gt=0, description="validate every N updates")
-    valid_bleu: bool = True
-    log_every: int = Field(100, gt=0)
+    valid_bleu: bool = Field(True, description="validation also translates (greedy) and scores BLEU and chrF; the "
+                             "best model is chosen by BLEU, else by validation loss")
+    log_every: int = Field(100, gt=0, description="log the training loss and speed every N updates")
     average_last: int = Field(0, ge=0, description="average the last N validation checkpoints at the end")
     stop_patience: int | None = Field(None, gt=0, description="stop after N validations without improvement")
     max_nonfinite_updates: int = Field(
         5, gt=0, description="an update whose loss or gradient norm is not finite is skipped (counted and logged); "
         "after this many in a row training stops with an error, keeping a resumable checkpoint of the last "
         "finite state")
+    init_from: str | None = Field(
+        None, description="fine-tune: start from this attnmt model directory (trained, or imported with 'attnmt "
+        "import marian'): its weights, its tokenizer(s) and vocabulary, its model section (and its decode section "
+        "when this one sets none); keys given here must equal its own, except the dropout rates; a fresh optimizer "
+        "and schedule; the starting model is validated as step 0")
+    freeze: list[str] = Field(
+        default_factory=list, description="parameters kept fixed in training (requires_grad off, left out of the "
+        "optimizer): 'embeddings' (token embeddings and what is tied to them), 'encoder', 'decoder' (both without "
+        "the token embeddings), or fnmatch patterns over parameter names such as 'decoder.layers.0.*'")
 
 
 # The decoder layer whose head-averaged source attention aligned words best on the Multi30k
@@ -221,16 +294,18 @@ DEFAULT_ATTENTION_LAYER = 2
 class DecodeConfig(_Section):
     """Search defaults (beam search with the GNMT length penalty, Wu et al., 2016, eq. 14)."""
 
-    beam_size: int = Field(5, gt=0)
+    beam_size: int = Field(5, gt=0, description="beam width (1: greedy search; paper: 4)")
     length_penalty: float = Field(0.6, description="alpha in ((k + |Y|) / (k + 1))^alpha")
-    length_penalty_k: float = Field(5.0, ge=0.0)
+    length_penalty_k: float = Field(5.0, ge=0.0, description="k of the gnmt length penalty (Wu et al.: 5)")
     length_penalty_type: Literal["gnmt", "average"] = Field(
         "gnmt", description="gnmt: log P / ((k + |Y|) / (k + 1))^alpha; average: log P / |Y| (|Y| with EOS), the mean "
         "log-probability per token, OpenNMT-py's 'avg' and CTranslate2's default")
     max_len_a: float = Field(1.5, ge=0.0, description="max output length = a * source length + b")
-    max_len_b: int = Field(10, ge=0)
+    max_len_b: int = Field(10, ge=0, description="b of the output length limit a * source length + b (tokens)")
     batch_size: int = Field(128, gt=0, description="sentences per search batch")
-    precision: Literal["fp32", "bf16", "int8"] = "fp32"
+    precision: Literal["fp32", "bf16", "int8"] = Field(
+        "fp32", description="inference precision: float32, bfloat16, or int8 (linear layers dynamically quantised "
+        "to int8, CPU only)")
     device: str = Field("auto", pattern=DEVICE_NAME, description="auto (CUDA, then MPS, then CPU), cpu, cuda, "
                         "cuda:N or mps")
     attention: Literal["explicit", "fused"] = Field(
@@ -239,32 +314,79 @@ class DecodeConfig(_Section):
         "on the CPUs of benchmarks/RESULTS.md)")
 
 
+# Keys that matter only to some values of another key: (section, key) -> (section, option, the
+# option's values where the key applies). A key set explicitly (pydantic's ``model_fields_set``:
+# written in the file or given with --set) to a value other than its default while its option has
+# another value is refused, naming the option, so a knob never silently does nothing.
+APPLIES_ONLY_TO: dict[tuple[str, str], tuple[str, str, tuple[str, ...]]] = {
+    **{("train", k): ("train", "schedule", ("cosine_restarts",))
+       for k in ("first_decay_steps", "t_mul", "m_mul", "alpha")},
+    **{("train", k): ("train", "schedule", ("time_budget",)) for k in ("warmup_fraction", "budget_decay")},
+    ("train", "lr_factor"): ("train", "schedule", ("noam",)),
+    ("train", "lr"): ("train", "schedule", ("constant", "inverse_sqrt", "cosine_restarts", "time_budget")),
+    ("train", "warmup_steps"): ("train", "schedule", ("noam", "constant", "inverse_sqrt")),
+    **{("train", k): ("train", "optimizer", ("sgd",)) for k in ("momentum", "nesterov")},
+    **{("train", k): ("train", "optimizer", ("adam",)) for k in ("adam_betas", "adam_eps")},
+    **{("tokenizer", k): ("tokenizer", "kind", ("sentencepiece",))
+       for k in ("model_type", "vocab_size", "character_coverage", "max_sentences")},
+    **{("tokenizer", k): ("tokenizer", "kind", ("word",))
+       for k in ("lowercase", "min_freq", "max_vocab", "token_filter", "require_vectors", "src_lang", "tgt_lang")},
+    **{("model", k): ("tokenizer", "kind", ("word",)) for k in ("src_vectors", "tgt_vectors")},
+    ("model", "positional_layout"): ("model", "positional", ("sinusoidal",)),
+    **{("decode", k): ("decode", "length_penalty_type", ("gnmt",)) for k in ("length_penalty", "length_penalty_k")},
+}
+
+
+def _unused_keys(config: "Config") -> None:
+    """Refuse a key of :data:`APPLIES_ONLY_TO` set to a non-default value for an option not in use.
+
+    Raises:
+        KeyRuleError: naming the first such key and the option it belongs to.
+    """
+    for (section, key), (opt_section, option, values) in APPLIES_ONLY_TO.items():
+        sec = getattr(config, section)
+        if key not in sec.model_fields_set or getattr(sec, key) == type(sec).model_fields[key].get_default(
+                call_default_factory=True):
+            continue
+        value = getattr(getattr(config, opt_section), option)
+        if value not in values:
+            wanted = " or ".join(values)
+            raise KeyRuleError(f"{section}.{key}", f"{section}.{key} applies only to {opt_section}.{option} {wanted}, "
+                               f"and {opt_section}.{option} is {value}: remove {section}.{key} or set "
+                               f"{opt_section}.{option}")
+
+
 class Config(_Section):
     """The whole configuration of a run."""
 
     data: DataConfig | None = Field(None, description="the training corpus; absent in imported models")
-    tokenizer: TokenizerConfig = TokenizerConfig()
-    model: ModelConfig = ModelConfig()
-    train: TrainConfig = TrainConfig()
-    decode: DecodeConfig = DecodeConfig()
+    tokenizer: TokenizerConfig = Field(TokenizerConfig(), description="how text becomes token ids")
+    model: ModelConfig = Field(ModelConfig(), description="the Transformer's shape and options")
+    train: TrainConfig = Field(TrainConfig(), description="optimisation, batching, validation and stopping")
+    decode: DecodeConfig = Field(DecodeConfig(), description="search defaults of translate, evaluate and serve")
 
     @model_validator(mode="after")
-    def _lengths_fit(self) -> "Config":
+    def _consistent(self, info: ValidationInfo) -> "Config":
+        """:data:`APPLIES_ONLY_TO` (skipped for the saved configuration of a model directory:
+        ``context={"saved": True}``), then the rules between keys of different sections."""
+        if not (info.context or {}).get("saved"):
+            _unused_keys(self)
         if self.data is not None and self.data.max_len + 1 > self.model.max_positions:
-            raise ValueError(f"data.max_len ({self.data.max_len}) + 1 (EOS) must not exceed model.max_positions "
-                             f"({self.model.max_positions})")
-        return self
-
-    def _consistent(self) -> "Config":
+            raise KeyRuleError("data.max_len", f"data.max_len ({self.data.max_len}) + 1 (EOS) must not exceed "
+                               f"model.max_positions ({self.model.max_positions})")
         if self.train.schedule == "time_budget" and self.train.max_minutes is None:
-            raise ValueError("train.schedule time_budget needs train.max_minutes")
+            raise KeyRuleError("train.schedule", "train.schedule time_budget needs train.max_minutes (the budget "
+                               "its warmup and decay are fitted to)")
         if self.tokenizer.require_vectors and (self.model.src_vectors is None or self.model.tgt_vectors is None):
-            raise ValueError("tokenizer.require_vectors needs model.src_vectors and model.tgt_vectors")
+            raise KeyRuleError("tokenizer.require_vectors", "tokenizer.require_vectors needs model.src_vectors and "
+                               "model.tgt_vectors")
         no_pair = self.data is None or self.data.pair is None
         if self.tokenizer.kind == "word" and no_pair and None in (self.tokenizer.src_lang, self.tokenizer.tgt_lang):
-            raise ValueError("tokenizer.kind word needs data.pair or tokenizer.src_lang and tokenizer.tgt_lang")
+            raise KeyRuleError("tokenizer.kind", "tokenizer.kind word needs data.pair or tokenizer.src_lang and "
+                               "tokenizer.tgt_lang")
         if self.tokenizer.kind == "word" and self.tokenizer.joint:
-            raise ValueError("tokenizer.kind word builds one vocabulary per side: set tokenizer.joint false")
+            raise KeyRuleError("tokenizer.kind", "tokenizer.kind word builds one vocabulary per side: set "
+                               "tokenizer.joint false")
         return self
 
     def languages(self) -> tuple[str, str]:
@@ -273,13 +395,43 @@ class Config(_Section):
         return self.tokenizer.src_lang or pair[0], self.tokenizer.tgt_lang or pair[1]
 
 
-def _format_validation_error(err: ValidationError, origin: str) -> str:
-    parts = []
+def key_lines(text: str) -> dict[str, int]:
+    """The 1-based line of each key of a YAML configuration, by dotted name ('train.lr'); {} where
+    the text does not parse."""
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return {}
+    lines: dict[str, int] = {}
+
+    def walk(node: yaml.Node, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                name = f"{prefix}{key.value}"
+                lines[name] = key.start_mark.line + 1
+                walk(value, name + ".")
+
+    if root is not None:
+        walk(root, "")
+    return lines
+
+
+def _format_validation_error(err: ValidationError, origin: str, lines: dict[str, int] | None = None) -> str:
+    """One line: ``ORIGIN[:LINE]: invalid configuration: key: problem; ...``, LINE being that of the
+    first erring key found in the file."""
+    parts, where = [], None
     for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"] if not (isinstance(x, str) and x.startswith("function-")))
-        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
-        parts.append(f"{loc}: {msg}" if loc else msg)
-    return f"{origin}: invalid configuration: " + "; ".join(parts)
+        cause = (e.get("ctx") or {}).get("error")
+        if isinstance(cause, KeyRuleError):
+            key, msg = cause.key, str(cause)
+            parts.append(msg)
+        else:
+            key = ".".join(str(x) for x in e["loc"] if not (isinstance(x, str) and x.startswith("function-")))
+            msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
+            parts.append(f"{key}: {msg}" if key else msg)
+        if where is None and lines and key in lines:
+            where = lines[key]
+    return f"{origin}{f':{where}' if where else ''}: invalid configuration: " + "; ".join(parts)
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -308,16 +460,22 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return out
 
 
-def config_from_dict(raw: dict[str, Any], origin: str = "<config>") -> Config:
+def config_from_dict(raw: dict[str, Any], origin: str = "<config>", *, saved: bool = False,
+                     lines: dict[str, int] | None = None) -> Config:
     """Validate a nested dict into a :class:`Config`.
 
+    ``saved``: the configuration a model directory was trained with (its keys are not checked
+    against :data:`APPLIES_ONLY_TO`, so that a model trained before a rule still loads).
+    ``lines``: the line of each dotted key in the file (:func:`key_lines`), for the message.
+
     Raises:
-        ConfigError: unknown keys, wrong types or inconsistent values, all named with their key.
+        ConfigError: unknown keys, wrong types or inconsistent values, all named with their key,
+            in one line.
     """
     try:
-        return Config.model_validate(raw)
+        return Config.model_validate(raw, context={"saved": saved})
     except ValidationError as e:
-        raise ConfigError(_format_validation_error(e, origin)) from None
+        raise ConfigError(_format_validation_error(e, origin, lines)) from None
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
@@ -338,8 +496,10 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
     return config_from_yaml(text, path, overrides)
 
 
-def config_from_yaml(text: str, path: str | Path, overrides: list[str] | None = None) -> Config:
-    """Parse YAML text (read from ``path``, named in errors), apply overrides, validate.
+def config_from_yaml(text: str, path: str | Path, overrides: list[str] | None = None, *,
+                     saved: bool = False) -> Config:
+    """Parse YAML text (read from ``path``, named in errors), apply overrides, validate
+    (``saved``: as :func:`config_from_dict`).
 
     Raises:
         ConfigError: YAML syntax error (with its line), not a mapping, or invalid values.
@@ -352,4 +512,5 @@ def config_from_yaml(text: str, path: str | Path, overrides: list[str] | None = 
         raise ConfigError(f"{where}: YAML syntax error: {getattr(e, 'problem', e)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of sections at the top level")
-    return config_from_dict(apply_overrides(raw, overrides or []), origin=str(path))
+    return config_from_dict(apply_overrides(raw, overrides or []), origin=str(path), saved=saved,
+                            lines=key_lines(text))

@@ -113,7 +113,7 @@ def read_config(run_dir: str | Path) -> Config:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: unreadable: {e}") from None
-    return config_from_yaml(text, path)
+    return config_from_yaml(text, path, saved=True)
 
 
 def write_tokenizers(run_dir: str | Path, src: Tokenizer | WordTokenizer, tgt: Tokenizer | WordTokenizer) -> None:
@@ -156,6 +156,18 @@ def read_tokenizers(run_dir: str | Path) -> tuple[Tokenizer | WordTokenizer, Tok
     if (run_dir / SRC_WORDS).is_file():
         return WordTokenizer.load(run_dir / SRC_WORDS), WordTokenizer.load(run_dir / TGT_WORDS)
     raise CheckpointError(f"{run_dir}: no tokenizer ({JOINT_SPM}, {SRC_SPM} or {SRC_WORDS}) in the model directory")
+
+
+TOKENIZER_FILES = (JOINT_SPM, SRC_SPM, TGT_SPM, VOCAB, SRC_WORDS, TGT_WORDS)
+
+
+def copy_tokenizers(model_dir: str | Path, output: str | Path) -> list[str]:
+    """Copy the tokenizer files of a model directory (those of :data:`TOKENIZER_FILES` it has)
+    byte for byte into ``output``, each atomically; returns their names."""
+    names = [name for name in TOKENIZER_FILES if (Path(model_dir) / name).is_file()]
+    for name in names:
+        atomic_write(Path(output) / name, lambda tmp, name=name: shutil.copyfile(Path(model_dir) / name, tmp))
+    return names
 
 
 def copy_translation_files(model_dir: str | Path, output: str | Path) -> None:

@@ -41,6 +41,7 @@ Library: torch.optim (Adam, SGD, LambdaLR), tqdm.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import time
@@ -63,7 +64,7 @@ from attnmt.memory import peak_rss_mib
 from attnmt.model.transformer import Transformer, count_parameters, load_pretrained_embeddings
 from attnmt.precision import autocast, grad_scaler, training_precision
 from attnmt.search.greedy import greedy_search
-from attnmt.train import distributed
+from attnmt.train import distributed, finetune
 from attnmt.train.checkpoint import (EPOCH_WEIGHTS, LAST_STATE, STEP_WEIGHTS, average_weights, load_state,
                                      save_state, step_checkpoints)
 from attnmt.train.losses import (chunked_label_smoothed_cross_entropy, label_smoothed_cross_entropy,
@@ -175,6 +176,11 @@ def _shared_tokenizers(config: Config, run_dir: Path, resume: bool, src_lines: l
     Raises:
         ConfigError: word-level vocabularies under several processes (not supported yet).
     """
+    if config.train.init_from:  # fine-tuning: the starting model's tokenizers, on every rank
+        src_tok, tgt_tok = rundir.read_tokenizers(config.train.init_from)
+        if ranks.is_main and not resume:
+            rundir.copy_tokenizers(config.train.init_from, run_dir)  # byte for byte
+        return src_tok, tgt_tok
     protos = None
     if ranks.is_main:
         if resume:
@@ -277,6 +283,8 @@ class Trainer:
     def __init__(self, config: Config, run_dir: str | Path, resume: bool = False, data_dir: str | None = None,
                  progress: bool = True):
         self.start_time = time.monotonic()
+        if config.train.init_from:  # fine-tuning: the model (and tokenizer) sections of the starting model
+            config = finetune.inherit_from(config, config.train.init_from)
         self.config, self.run_dir, self.progress_bar = config, Path(run_dir), progress
         tc = config.train
         self.ranks = distributed.from_env()
@@ -294,14 +302,21 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)  # after the corpus: a data error leaves no directory
             rundir.write_config(config, self.run_dir)
         self.model = Transformer(config.model, len(self.data.src_tok), len(self.data.tgt_tok), pad_id=PAD_ID)
-        if state is None:
+        if state is None and tc.init_from:
+            self._load_start_weights()
+        elif state is None:
             self._load_vectors()
+        frozen = finetune.freeze(self.model, tc.freeze)
         self.model.to(self.device)
         if self.device.type == "cuda":  # speed switch: PyTorch's fused attention kernels on GPUs
             self.model.set_fused_attention(encoder=True, decoder=True)
         log.info("model: %d parameters; vocabulary %d/%d; device %s, precision %s", count_parameters(self.model),
                  len(self.data.src_tok), len(self.data.tgt_tok), self.device, self.precision)
         self.params = list({id(p): p for p in self.model.parameters()}.values())  # tied tensors once
+        if frozen:  # train.freeze: fixed parameters stay out of the optimizer
+            self.params = [p for p in self.params if p.requires_grad]
+            log.info("frozen: %d parameter tensors (%s%s)", len(frozen), ", ".join(frozen[:4]),
+                     ", ..." if len(frozen) > 4 else "")
         # The schedule gives the learning rate itself (base rate 1.0, as in the Annotated
         # Transformer); LambdaLR's step i is the (i + 1)-th update. fused: speed switch,
         # PyTorch's one-kernel Adam update (same update rule), on CPUs and CUDA GPUs.
@@ -324,6 +339,9 @@ class Trainer:
             torch.manual_seed(distributed.rank_seed(tc.seed, self.ranks.rank, 0))
         self.ddp_loss = distributed.wrap(self.loss, self.ranks, self.device)  # the loss the updates use
         self._open_records(resumed=state is not None)
+        if state is None and tc.init_from and self.ranks.is_main:
+            self.metrics.write("init_from", **self.start_record, frozen=frozen,
+                               trainable_parameters=count_parameters(self.model))
         self.valid_seconds = 0.0  # duration of the last validation, reserved at the end of the budget
         self.window = Window()
         self.run_tokens, self.run_seconds = 0, 0.0  # target tokens (all processes) and update time of this run
@@ -334,6 +352,20 @@ class Trainer:
         self.epoch_window = Window()  # loss and time of the epoch in progress
         self.last_valid: dict = {}  # the latest validation's result
         self.setup_seconds = 0.0  # wall clock before the first update of this process
+
+    def _load_start_weights(self) -> None:
+        """Fine-tuning: load the starting model's weights (safetensors) and record where the run
+        started, ``init_from.json`` (path and SHA-256 of the weights file) and an ``init_from``
+        line in train_log.jsonl (written by :meth:`_open_records`)."""
+        path = Path(self.config.train.init_from) / rundir.WEIGHTS
+        rundir.load_weights(self.model, path)
+        self.start_record = {"path": str(Path(self.config.train.init_from).resolve()), "weights": rundir.WEIGHTS,
+                             "sha256": finetune.weights_sha256(path)}
+        if self.ranks.is_main:
+            text = json.dumps(self.start_record, indent=1) + "\n"
+            rundir.atomic_write(self.run_dir / finetune.START_RECORD,
+                                lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        log.info("starting from %s (sha256 %s)", path, self.start_record["sha256"][:12])
 
     def _load_vectors(self) -> None:
         """Copy the pretrained vectors of ``model.src_vectors`` / ``model.tgt_vectors`` into the
@@ -563,7 +595,7 @@ class Trainer:
         improved = self._keep_if_best(result, {"step": str(step)})
         s.bad_validations = 0 if improved else s.bad_validations + 1
         s.last_valid_bleu = result["valid_bleu"]
-        if self.config.train.average_last > 1:
+        if self.config.train.average_last > 1 and step > 0:  # never average in a fine-tuning run's start
             self._keep_step_checkpoint()
         # The record first, then the state that remembers the log's length: a resume from an
         # older state cuts the record away and validates again.
@@ -770,6 +802,8 @@ class Trainer:
                      s.step)
             return self._result()
         if s.stop_reason is None:
+            if tc.init_from and s.step == 0 and s.best_key[0] == -math.inf:  # the starting model, as step 0
+                self.validate()
             reason = self._train_until_stop()
             if self.interrupted_by:  # a stop signal: a resumable checkpoint, no final validation
                 result = self._result(reason)

@@ -1,0 +1,225 @@
+"""Fine-tuning from a model directory (``train.init_from``, ``train.freeze``).
+
+A tiny random MarianMT model is built with transformers (as in test_interop_marian), imported,
+and fine-tuned for a few dozen updates on a few hundred Multi30k pairs; a tiny attnmt run is
+fine-tuned on its own data from its own weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from attnmt.cli import main
+from attnmt.config import config_from_dict
+from attnmt.data.batching import make_batch
+from attnmt.data.tokenizers import EOS_ID, PAD_ID
+from attnmt.errors import ConfigError
+from attnmt.interop.marian import import_marian, vocabulary_order
+from attnmt.model.transformer import Transformer
+from attnmt.train.finetune import freeze
+from attnmt.train.trainer import Trainer, train
+from tests.test_interop_marian import _data_dir, _lines, _spm
+
+transformers = pytest.importorskip("transformers")
+
+TRAIN_PAIRS, VALID_PAIRS = 300, 40
+
+
+def _records(run_dir, kind):
+    lines = (run_dir / "train_log.jsonl").read_text(encoding="utf-8").splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == kind]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A directory with train.de/en (300 pairs) and valid.de/en (40 pairs) from Multi30k train."""
+    data_dir = _data_dir()
+    de, en = _lines(data_dir, "de", TRAIN_PAIRS + VALID_PAIRS), _lines(data_dir, "en", TRAIN_PAIRS + VALID_PAIRS)
+    d = tmp_path_factory.mktemp("corpus")
+    for name, lines in (("train.de", de[:TRAIN_PAIRS]), ("train.en", en[:TRAIN_PAIRS]),
+                        ("valid.de", de[TRAIN_PAIRS:]), ("valid.en", en[TRAIN_PAIRS:])):
+        (d / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return d
+
+
+def _data(corpus) -> dict:
+    return {"train_src": str(corpus / "train.de"), "train_tgt": str(corpus / "train.en"),
+            "valid_src": str(corpus / "valid.de"), "valid_tgt": str(corpus / "valid.en"), "max_len": 60}
+
+
+@pytest.fixture(scope="module")
+def marian(tmp_path_factory, corpus):
+    """(the transformers model in eval mode, its MarianMT directory, its attnmt import)."""
+    source, target = _lines(_data_dir(), "de", 400), _lines(_data_dir(), "en", 400)
+    hf_dir = tmp_path_factory.mktemp("marian")
+    src_spm, tgt_spm = _spm(source, 150), _spm(target, 150)
+    (hf_dir / "source.spm").write_bytes(src_spm)
+    (hf_dir / "target.spm").write_bytes(tgt_spm)
+    import sentencepiece as spm
+
+    pieces = ["</s>", "<unk>"]  # MarianMT's layout: eos 0, unk 1, the pieces, pad last
+    for proto in (src_spm, tgt_spm):
+        sp = spm.SentencePieceProcessor(model_proto=proto)
+        pieces += [p for p in (sp.id_to_piece(i) for i in range(3, len(sp))) if p not in pieces]
+    pieces.append("<pad>")
+    (hf_dir / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(pieces)}), encoding="utf-8")
+    pad = len(pieces) - 1
+    config = transformers.MarianConfig(
+        vocab_size=len(pieces), d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, activation_function="swish",
+        max_position_embeddings=128, scale_embedding=True, pad_token_id=pad, eos_token_id=0,
+        decoder_start_token_id=pad, forced_eos_token_id=None, dropout=0.1)
+    torch.manual_seed(0)
+    model = transformers.MarianMTModel(config)
+    with torch.no_grad():  # weights large enough for a peaked (and wrong) starting distribution
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and "embed_positions" not in name:  # the sinusoids stay
+                p.normal_(0.0, 0.3)
+        model.final_logits_bias[0, 0] += 2.0  # EOS: outputs end before the length limit
+    model.save_pretrained(hf_dir)
+    imported = import_marian(str(hf_dir), tmp_path_factory.mktemp("imported") / "model")
+    return model.eval(), hf_dir, imported
+
+
+FREEZE = ["embeddings", "decoder.layers.0.*"]
+
+
+@pytest.fixture(scope="module")
+def finetuned(tmp_path_factory, corpus, marian):
+    """The imported model fine-tuned for 40 updates with its embeddings (and the tied output
+    layer) and the first decoder layer frozen, through the command line."""
+    _, _, imported = marian
+    cfg = {"data": _data(corpus),
+           "train": {"max_steps": 40, "batch_tokens": 500, "schedule": "inverse_sqrt", "lr": 0.01,
+                     "warmup_steps": 5, "valid_every": 20, "log_every": 5, "device": "cpu", "num_threads": 1,
+                     "freeze": FREEZE}}
+    path = tmp_path_factory.mktemp("cfg") / "finetune.yaml"
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    out = tmp_path_factory.mktemp("runs") / "finetuned"
+    assert main(["-q", "train", str(path), "--output", str(out), "--set", f"train.init_from={imported}"]) == 0
+    return out
+
+
+def test_tokenizers_copied_byte_for_byte_and_start_recorded(marian, finetuned):
+    _, _, imported = marian
+    for name in ("src.spm.model", "tgt.spm.model", "vocab.json"):
+        assert (finetuned / name).read_bytes() == (imported / name).read_bytes()
+    start = json.loads((finetuned / "init_from.json").read_text())
+    assert start["sha256"] == hashlib.sha256((imported / "model.safetensors").read_bytes()).hexdigest()
+    assert _records(finetuned, "init_from")[0]["sha256"] == start["sha256"]
+    saved = yaml.safe_load((finetuned / "config.yaml").read_text())
+    imported_cfg = yaml.safe_load((imported / "config.yaml").read_text())
+    assert saved["model"] == imported_cfg["model"] and saved["decode"] == imported_cfg["decode"]
+    assert saved["model"]["decoder_start_id"] == PAD_ID and saved["model"]["forbidden_ids"] == [PAD_ID]
+
+
+def test_loss_falls_from_the_step_0_validation(finetuned):
+    valid, losses = _records(finetuned, "valid"), [r["loss"] for r in _records(finetuned, "train")]
+    assert valid[0]["step"] == 0 and valid[0]["valid_bleu"] is not None
+    assert [r["step"] for r in valid] == [0, 20, 40]
+    assert losses[-1] < losses[0] - 0.5, losses
+    assert valid[-1]["valid_loss"] < valid[0]["valid_loss"] - 0.5
+
+
+def test_frozen_parameters_bit_identical_others_changed(marian, finetuned):
+    _, _, imported = marian
+    before = load_file(str(imported / "model.safetensors"))
+    after = torch.load(finetuned / "checkpoints" / "last.pt", weights_only=True)["model"]  # the final weights
+    probe = Transformer(config_from_dict(yaml.safe_load((imported / "config.yaml").read_text())).model, 8, 8)
+    assert "encoder.embedding.weight" in freeze(probe, FREEZE)
+    frozen = {name for name, p in probe.named_parameters(remove_duplicate=False) if not p.requires_grad}
+    assert {"decoder.embedding.weight", "decoder.output_projection.weight",
+            "decoder.layers.0.src_attn.q_proj.weight"} <= frozen
+    assert "decoder.output_projection.bias" not in frozen and "decoder.layers.1.src_attn.q_proj.weight" not in frozen
+    assert len(before) == len(list(probe.parameters()))  # every tensor compared
+    for name in before:
+        same = torch.equal(before[name], after[name])
+        assert same == (name in frozen), name
+    # the tied output projection is the frozen embedding; its bias (a decoder parameter) trained
+    assert torch.equal(after["decoder.output_projection.weight"], before["decoder.embedding.weight"])
+
+
+def test_finetuned_exports_to_ctranslate2_and_translates(corpus, finetuned, tmp_path, capsys):
+    pytest.importorskip("ctranslate2")
+    from attnmt.decode.translator import Translator
+
+    sentences = (corpus / "valid.de").read_text(encoding="utf-8").splitlines()[:10]
+    native = [r.text for r in Translator.from_dir(finetuned).translate(sentences, beam_size=2)]
+    assert main(["-q", "export", "ctranslate2", "--model", str(finetuned), "--output", str(tmp_path / "ct2")]) == 0
+    assert main(["-q", "translate", "--model", str(finetuned), "--input", str(corpus / "valid.de"),
+                 "--beam-size", "2"]) == 0
+    capsys.readouterr()
+    (tmp_path / "in.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    assert main(["-q", "translate", "--engine", "ctranslate2", "--model", str(tmp_path / "ct2"), "--input",
+                 str(tmp_path / "in.txt"), "--beam-size", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 10 and sum(a == b for a, b in zip(lines, native)) >= 8
+    assert sum(bool(line.strip()) for line in lines) >= 8
+
+
+def test_training_batches_follow_marian_conventions(marian, corpus, tmp_path):
+    """The trainer's teacher-forced batches start from MarianMT's decoder start (its pad token)
+    and its NLL per token equals transformers' loss for the same pairs (labels + EOS)."""
+    hf_model, hf_dir, imported = marian
+    config = config_from_dict({"data": _data(corpus), "train": {"init_from": str(imported), "device": "cpu",
+                                                                "label_smoothing": 0.0}})
+    trainer = Trainer(config, tmp_path / "run")
+    trainer.model.eval()
+    src, tgt = trainer.data.valid.src[:6], trainer.data.valid.tgt[:6]
+    batch = make_batch(src, tgt, trainer.config.model.decoder_start_id)
+    assert (batch.tgt_in[:, 0] == PAD_ID).all()
+    with torch.no_grad():
+        _, nll = trainer.batch_loss(batch)
+    order = torch.tensor(vocabulary_order(json.loads((hf_dir / "vocab.json").read_text()),
+                                          hf_model.config.vocab_size, hf_model.config.pad_token_id, 0)[0])
+    hf_src = order[batch.src].masked_fill(batch.src == PAD_ID, hf_model.config.pad_token_id)
+    labels = order[batch.tgt_out].masked_fill(batch.tgt_out == PAD_ID, -100)
+    with torch.no_grad():
+        expected = hf_model(input_ids=hf_src, attention_mask=(batch.src != PAD_ID).long(), labels=labels).loss
+    assert nll.item() / batch.num_tgt_tokens == pytest.approx(expected.item(), abs=1e-4)
+    assert (batch.tgt_out == EOS_ID).sum() == len(tgt)
+
+
+def test_finetuning_own_run_starts_at_its_validation_loss(corpus, tmp_path):
+    """A tiny attnmt run, then a fine-tuning run on the same data from its weights: the step-0
+    validation loss is the run's validation loss at those weights."""
+    base = {"data": _data(corpus), "tokenizer": {"vocab_size": 120},
+            "model": {"d_model": 32, "num_heads": 4, "d_ff": 64, "num_encoder_layers": 1, "num_decoder_layers": 1,
+                      "max_positions": 128},
+            "train": {"max_steps": 20, "batch_tokens": 600, "valid_every": 10, "log_every": 10, "device": "cpu",
+                      "warmup_steps": 10, "num_threads": 1, "lr_factor": 2.0}}
+    train(config_from_dict(base), tmp_path / "general", progress=False)
+    best = [r for r in _records(tmp_path / "general", "valid") if r["best"]][-1]
+    tuned = {"data": _data(corpus), "train": {**base["train"], "max_steps": 1, "init_from": str(tmp_path / "general")}}
+    train(config_from_dict(tuned), tmp_path / "tuned", progress=False)
+    start = _records(tmp_path / "tuned", "valid")[0]
+    assert start["step"] == 0 and start["valid_bleu"] is not None
+    assert start["valid_loss"] == pytest.approx(best["valid_loss"], abs=1e-4)
+    assert (tmp_path / "tuned" / "spm.model").read_bytes() == (tmp_path / "general" / "spm.model").read_bytes()
+
+
+def test_contradicting_model_keys_and_unknown_freeze_patterns_refused(corpus, marian, tmp_path, capsys):
+    _, _, imported = marian
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump({"data": _data(corpus), "model": {"d_model": 32, "num_heads": 2,
+                                                                     "dropout": 0.3}}), encoding="utf-8")
+    common = ["train", str(path), "--set", f"train.init_from={imported}", "--set", "train.device=cpu"]
+    assert main([*common, "--output", str(tmp_path / "a"), "--set", "model.d_ff=128"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnmt: error:") and err.count("\n") == 1
+    assert "model.num_heads" in err and "model.d_ff" in err
+    assert "model.d_model" not in err and "dropout" not in err  # equal, and a training-only key
+    assert not (tmp_path / "a").exists()
+    path.write_text(yaml.safe_dump({"data": _data(corpus)}), encoding="utf-8")
+    assert main([*common, "--output", str(tmp_path / "b"), "--set", "train.freeze=[encoder, nothing.*]"]) == 2
+    err = capsys.readouterr().err
+    assert "'nothing.*' matches no parameter" in err and err.count("\n") == 1
+    with pytest.raises(ConfigError, match="tokenizer.vocab_size"):
+        Trainer(config_from_dict({"data": _data(corpus), "tokenizer": {"vocab_size": 500},
+                                  "train": {"init_from": str(imported)}}), tmp_path / "c")
