@@ -27,7 +27,7 @@ vocabulary, t tokens generated so far.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -148,7 +148,7 @@ def _is_done(finished: list[Hypothesis], best_open: float, t: int, limit: int, n
 def beam_search(
     model: Transformer, src: torch.Tensor, beam_size: int = 5, alpha: float = 0.6,
     length_penalty_k: float = 5.0, max_len_a: float = 1.5, max_len_b: int = 10, nbest: int = 1,
-    constraints: Sequence[Phrases] | None = None,
+    constraints: Sequence[Phrases] | None = None, on_step: Callable[[int, list[int]], bool] | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search over a batch of sentences.
 
@@ -163,6 +163,11 @@ def beam_search(
             its output must contain (``attnmt.search.constraints``: dynamic beam allocation).
             Sentences without phrases are searched exactly as without constraints; a sentence
             whose phrases cannot fit its length limit is searched without them (a warning).
+        on_step: streaming: after every step, called for each sentence still searched with its
+            batch index and its *settled* tokens, the longest prefix shared by all its live
+            beams and finished hypotheses (every hypothesis the search can still return starts
+            with it). Returning True stops that sentence's search (its result is then
+            meaningless), e.g. when nobody waits for it any more.
     Returns:
         For each sentence, in input order, ``nbest`` :class:`Hypothesis` sorted best first
         (always ``nbest``, see :func:`_nbest`).
@@ -202,6 +207,9 @@ def beam_search(
         best_open = scores.max(dim=1).values.tolist()  # (n,)
         keep = [i for i, sent in enumerate(beams.active)
                 if not _is_done(finished[sent], best_open[i], t, limits[sent], nbest, alpha, length_penalty_k)]
+        if on_step is not None:  # streaming: report each kept sentence's settled tokens; True stops it
+            keep = [i for i in keep if not on_step(beams.active[i], settled_prefix(
+                beams.history, rows, tokens, scores[i], i, finished[beams.active[i]]))]
         if len(keep) < len(beams.active):  # done sentences leave: their beams and source rows
             keep_t = torch.tensor(keep, dtype=torch.long, device=device)
             beam_rows = (keep_t[:, None] * K + torch.arange(K, device=device)).view(-1)  # (n'*K,)
@@ -218,6 +226,30 @@ def beam_search(
         beams.history = torch.cat([beams.history.index_select(0, rows), tokens], dim=1)
         beams.history_lp = torch.cat([beams.history_lp.index_select(0, rows), token_lp], dim=1)
     return [_nbest(f, nbest) for f in finished]
+
+
+def settled_prefix(history: torch.Tensor, rows: torch.Tensor, tokens: torch.Tensor, scores: torch.Tensor,
+                   i: int, finished: list[Hypothesis]) -> list[int]:
+    """The tokens every hypothesis sentence ``i`` can still end with starts with: the longest
+    common prefix of its live beams (their old history ``history[rows]`` plus the new
+    ``tokens``; rows and tokens (n*K,) / (n*K, 1), scores (K,) of sentence i) and of its
+    finished hypotheses."""
+    K = scores.size(0)
+    live = torch.isfinite(scores).nonzero()[:, 0] + i * K  # (k,) rows of its live beams
+    seqs = [h.tokens for h in finished]
+    if live.numel():
+        paths = torch.cat([history.index_select(0, rows[live])[:, 1:], tokens[live].view(-1, 1)], dim=1)  # (k, t)
+        shared = int((paths == paths[:1]).all(dim=0).long().cumprod(dim=0).sum())
+        seqs.append(paths[0, :shared].tolist())
+    if not seqs:
+        return []
+    prefix = seqs[0]
+    for seq in seqs[1:]:
+        n = 0
+        while n < min(len(prefix), len(seq)) and prefix[n] == seq[n]:
+            n += 1
+        prefix = prefix[:n]
+    return prefix
 
 
 def _nbest(finished: list[Hypothesis], nbest: int) -> list[Hypothesis]:

@@ -9,6 +9,8 @@ Shapes: B batch, b sentences still decoded, S source length, D d_model, V vocabu
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from attnmt.data.tokenizers import EOS_ID
@@ -17,14 +19,17 @@ from attnmt.search.hypothesis import Hypothesis, max_output_lengths
 
 
 @torch.no_grad()
-def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5,
-                  max_len_b: int = 10) -> list[Hypothesis]:
+def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
+                  on_step: Callable[[int, list[int]], bool] | None = None) -> list[Hypothesis]:
     """Greedy search over a batch of sentences.
 
     Args:
         model: a Transformer in eval mode.
         src: (B, S) int64 source ids ending with EOS, right-padded.
         max_len_a, max_len_b: output limit ``a * source length + b`` tokens (EOS included).
+        on_step: streaming: after every step, called for each sentence still decoded with its
+            batch index and all its tokens so far (in greedy search every token is final).
+            Returning True stops that sentence (its result is then cut short).
     Returns:
         One :class:`Hypothesis` per sentence, in input order; ``score == log_prob``.
     """
@@ -50,6 +55,8 @@ def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5,
             tokens[sent].append(tok)
             lprobs[sent].append(lp)
         done = best == EOS_ID  # (b,)
+        if on_step is not None:  # streaming: True stops a sentence
+            done |= torch.tensor([on_step(s, tokens[s]) for s in active.tolist()], dtype=torch.bool, device=done.device)
         if done.any():
             keep = (~done).nonzero().squeeze(1)  # (b',)
             active, best = active[keep], best[keep]
