@@ -64,7 +64,9 @@ def inherit_from(config: Config, model_dir: str | Path) -> Config:
                           f"{'; '.join(differing)}; leave these keys out to inherit them")
     if not config.decode.model_fields_set:
         raw["decode"] = base.decode.model_dump(mode="json")
-    return config_from_dict(raw, origin=f"the configuration with train.init_from {model_dir}")
+    # saved=True: the run's own keys passed the rules when it was loaded; the inherited sections
+    # are a saved model's
+    return config_from_dict(raw, origin=f"the configuration with train.init_from {model_dir}", saved=True)
 
 
 def _matches(model: nn.Module, pattern: str) -> set[int]:
