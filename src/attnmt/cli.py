@@ -1,5 +1,5 @@
 """The ``attnmt`` command line: train, train-vectors, translate, evaluate, score, plot-attention,
-plot-training, serve, import (MarianMT) and export (CTranslate2, ONNX).
+plot-training, plot-positions, serve, import (MarianMT) and export (CTranslate2, ONNX).
 
 User mistakes (bad options, bad configuration, missing, malformed or unwritable files, a full
 disk) print one line to stderr, ``attnmt: error: ...``, and exit with status 2; no traceback
@@ -329,6 +329,26 @@ def cmd_plot_attention(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plot_positions(args: argparse.Namespace) -> int:
+    from attnmt.model.positional import sinusoidal_table
+    from attnmt.visualize import plot_positions, positional_tables
+
+    check_output_file(args.output, "--output")
+    if args.model is not None:
+        if args.layout is not None:
+            raise AttnmtError("--layout applies without --model only (a model's layout is its own)")
+        tables, title = positional_tables(args.model, args.max_len)
+    else:
+        args.layout = args.layout or "interleaved"
+        if args.d_model % 2:
+            raise AttnmtError(f"--d-model must be even (sines and cosines in pairs), not {args.d_model}")
+        tables = [(f"sinusoidal, {args.layout} layout", sinusoidal_table(args.max_len, args.d_model, args.layout))]
+        title = f"sinusoidal positional encoding, d_model {args.d_model}"
+    plot_positions(tables, args.output, title)
+    log.info("wrote %s", args.output)
+    return 0
+
+
 def cmd_plot_training(args: argparse.Namespace) -> int:
     from attnmt.visualize import plot_training
 
@@ -479,6 +499,26 @@ def _add_interop_parsers(sub) -> None:
     p.set_defaults(func=cmd_export)
 
 
+def _add_plot_curve_parsers(sub) -> None:
+    """plot-positions and plot-training (which draw no translation)."""
+    p = sub.add_parser("plot-positions", help="draw positional encodings: the sinusoids of section 3.5 as a "
+                       "heatmap and curves, or a model's (learned) tables")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--model", help="a model directory: its positional encodings (learned: its trained tables)")
+    source.add_argument("--d-model", type=positive_int, default=512,
+                        help="without --model: the sinusoids for this d_model (default 512)")
+    p.add_argument("--layout", choices=["interleaved", "halves"],
+                   help="without --model: sines and cosines interleaved (the paper; default) or in halves")
+    p.add_argument("--max-len", type=positive_int, default=100, help="positions drawn (default 100)")
+    p.add_argument("--output", required=True, help="PNG file")
+    p.set_defaults(func=cmd_plot_positions)
+
+    p = sub.add_parser("plot-training", help="draw a run's training curves")
+    p.add_argument("run_dir", help="run directory (with train_log.jsonl)")
+    p.add_argument("--output", help="PNG file (default RUN_DIR/training.png)")
+    p.set_defaults(func=cmd_plot_training)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="attnmt", description="Transformer neural machine translation")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -530,10 +570,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--self-attention", choices=["encoder", "decoder"], help="draw self-attention instead")
     p.set_defaults(func=cmd_plot_attention)
 
-    p = sub.add_parser("plot-training", help="draw a run's training curves")
-    p.add_argument("run_dir", help="run directory (with train_log.jsonl)")
-    p.add_argument("--output", help="PNG file (default RUN_DIR/training.png)")
-    p.set_defaults(func=cmd_plot_training)
+    _add_plot_curve_parsers(sub)
 
     _add_serve_parser(sub)
 

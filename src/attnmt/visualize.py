@@ -1,11 +1,12 @@
-"""Pictures of a model: attention heatmaps and training curves, drawn with matplotlib.
+"""Pictures of a model: attention heatmaps, training curves and positional encodings, drawn with
+matplotlib.
 
 Figures are made with ``matplotlib.figure.Figure`` and the Agg canvas directly, never through
 ``pyplot``, so importing or calling this module changes no global matplotlib state and needs
 no display. Subword labels are drawn with DejaVu Sans (bundled with matplotlib), which covers
 Latin, Greek and Cyrillic text.
 
-Shapes: H heads, T output length, S source length.
+Shapes: H heads, T output length, S source length, P positions, D d_model.
 
 Library: matplotlib.
 """
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from attnmt.rundir import atomic_write
+from attnmt.model.positional import sinusoidal_table
+from attnmt.rundir import atomic_write, load_model_dir, read_config
 from attnmt.train.metrics import read_log
 
 
@@ -120,5 +122,72 @@ def plot_training(run_dir: str | Path, path: str | Path) -> None:
         ax.set_xlabel("update")
         ax.grid(alpha=0.3)
     fig.suptitle(f"training of {Path(run_dir).name}", fontsize=12)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def positional_tables(run_dir: str | Path, max_len: int) -> tuple[list[tuple[str, torch.Tensor]], str]:
+    """The positional encodings of a model directory for positions 0 .. max_len - 1, and a title.
+
+    Sinusoidal positions: the one (P, D) table of section 3.5 in the model's ``positional_layout``
+    (times each side's ``positional_scale`` where the model learned one). Learned positions: the
+    encoder's and the decoder's trained (P, D) tables.
+
+    Raises:
+        CheckpointError, ConfigError: not a readable model directory.
+        ValueError: ``max_len`` beyond the model's ``max_positions``.
+    """
+    config = read_config(run_dir)
+    mc = config.model
+    if max_len > mc.max_positions:
+        raise ValueError(f"--max-len {max_len} exceeds the model's max_positions {mc.max_positions}")
+    name = Path(run_dir).name
+    if mc.positional == "sinusoidal" and not mc.positional_scale:
+        table = sinusoidal_table(max_len, mc.d_model, mc.positional_layout)
+        return [(f"sinusoidal, {mc.positional_layout} layout", table)], f"positional encodings of {name}"
+    _, _, _, model = load_model_dir(run_dir)
+    tables = []
+    with torch.no_grad():
+        for side, stack in (("encoder", model.encoder), ("decoder", model.decoder)):
+            table = stack.positions(max_len)[0].float()  # (P, D)
+            if stack.position_scale is not None:
+                table = table * stack.position_scale
+            tables.append((f"{side}, {mc.positional}", table))
+    return tables, f"positional encodings of {name}"
+
+
+def plot_positions(tables: list[tuple[str, torch.Tensor]], path: str | Path, title: str,
+                   dims: tuple[int, ...] = (6, 7, 8, 9)) -> None:
+    """Draw positional encodings: each table as a heatmap (position x dimension), and below it a
+    few of its dimensions as curves over the positions (as the d2l / GluonNLP write-up of
+    section 3.5 shows them: sinusoids whose wavelength grows with the dimension).
+
+    Args:
+        tables: (name, (P, D) float tensor) pairs, drawn side by side.
+        path: PNG file to write.
+        title: figure title.
+        dims: the dimensions drawn as curves (those below D).
+    Raises:
+        WriteError: ``path`` cannot be written.
+    """
+    fig = _figure(6.5 * len(tables), 8)
+    for col, (name, table) in enumerate(tables):
+        table = table.detach().float().cpu()
+        positions, d_model = table.shape
+        ax = fig.add_subplot(2, len(tables), col + 1)
+        image = ax.imshow(table.numpy(), cmap="RdBu_r", aspect="auto", interpolation="nearest",
+                          vmin=-float(table.abs().max()), vmax=float(table.abs().max()))
+        ax.set_xlabel("encoding dimension")
+        ax.set_ylabel("position")
+        ax.set_title(f"{name} ({positions} x {d_model})", fontsize=10)
+        fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+        ax = fig.add_subplot(2, len(tables), len(tables) + col + 1)
+        for d in (d for d in dims if d < d_model):
+            ax.plot(range(positions), table[:, d].numpy(), label=f"dimension {d}")
+        ax.set_xlabel("position")
+        ax.set_ylabel("value")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+    fig.suptitle(title, fontsize=12)
     fig.tight_layout()
     save_figure(fig, path)
