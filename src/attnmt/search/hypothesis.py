@@ -19,12 +19,16 @@ class Hypothesis:
     log_prob: the sum of ``token_log_probs``.
     score: what ranks hypotheses: ``log_prob`` divided by the length penalty in beam search,
         ``log_prob`` itself in greedy search.
+    attention: None, or (when an engine is asked for it) the encoder-decoder attention that
+        produced ``tokens``: float32 (L, H, T, S), L decoder layers, H heads, T = len(tokens),
+        S source tokens (EOS included).
     """
 
     tokens: list[int]
     token_log_probs: list[float]
     log_prob: float
     score: float
+    attention: torch.Tensor | None = None
 
 
 def max_output_lengths(src: torch.Tensor, pad_id: int, a: float, b: int, limit: int) -> torch.Tensor:

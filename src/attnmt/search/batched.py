@@ -1,0 +1,95 @@
+"""Search many sentences: sort by source length, search in batches, hand results back in order.
+
+This is the one batch-translation routine of attnmt: ``Translator.translate`` runs every engine
+through :func:`by_length`, and the trainer's validation decoding runs :func:`translate_ids`
+(the native search over the same batches), so validation BLEU and ``attnmt translate`` decode
+alike.
+
+Shapes: B sentences in a batch, S longest source in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from attnmt.data.batching import pad_sequences
+from attnmt.device import to_device
+from attnmt.model.transformer import Transformer
+from attnmt.search.beam import beam_search
+from attnmt.search.greedy import greedy_search
+from attnmt.search.hypothesis import Hypothesis
+from attnmt.search.options import SearchOptions
+
+SearchFn = Callable[[list[list[int]]], list[list[Hypothesis]]]
+
+
+def length_batches(sources: list[list[int]], batch_size: int) -> list[list[int]]:
+    """Indices of ``sources`` in batches of at most ``batch_size``, longest sources first (equal
+    lengths keep their input order), so that a batch pads little.
+
+    Raises:
+        ValueError: batch_size < 1.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
+    return [order[k: k + batch_size] for k in range(0, len(order), batch_size)]
+
+
+def by_length(sources: list[list[int]], batch_size: int, search: SearchFn) -> list[list[Hypothesis]]:
+    """``search`` over :func:`length_batches` of ``sources``; its per-sentence results in input
+    order.
+
+    Args:
+        sources: source ids per sentence (each ending with EOS).
+        search: maps a batch of sources to one hypothesis list per source, in order (an
+            ``Engine.translate`` with its options bound, or :func:`search_batch`).
+    """
+    results: list[list[Hypothesis] | None] = [None] * len(sources)
+    for chunk in length_batches(sources, batch_size):
+        for i, hyps in zip(chunk, search([sources[i] for i in chunk]), strict=True):
+            results[i] = hyps
+    return results  # type: ignore[return-value]
+
+
+def average_score(h: Hypothesis) -> Hypothesis:
+    """``h`` ranked by its mean log-probability per token, EOS included: log P / |Y|
+    (OpenNMT-py's ``avg`` normalisation, CTranslate2's default)."""
+    return Hypothesis(h.tokens, h.token_log_probs, h.log_prob, h.log_prob / max(len(h.tokens), 1), h.attention)
+
+
+@torch.no_grad()
+def search_batch(model: Transformer, sources: list[list[int]], options: SearchOptions,
+                 device: torch.device | None = None) -> list[list[Hypothesis]]:
+    """Greedy (``beam_size`` 1) or beam search of one batch with the native model.
+
+    Args:
+        model: a Transformer in eval mode (or anything with its search interface).
+        sources: source ids per sentence, each ending with EOS; padded here.
+        options: the search; ``return_attention`` and ``constraints`` are not handled here
+            (``attnmt.decode.native.NativeEngine`` adds attention).
+        device: where the padded batch goes; default the CPU.
+    Returns:
+        ``options.nbest`` hypotheses per sentence, in input order, best first.
+    """
+    src = pad_sequences(sources)  # (B, S)
+    if device is not None:
+        src = to_device(src, device)
+    if options.is_greedy:
+        hyps = [[h] for h in greedy_search(model, src, options.max_len_a, options.max_len_b)]
+        return [[average_score(h)] for [h] in hyps] if options.length_penalty_type == "average" else hyps
+    if options.length_penalty_type == "average":
+        # log P / |Y| is the GNMT penalty with alpha 1 and k 0: ((0 + |Y|) / (0 + 1))^1.
+        alpha, k = 1.0, 0.0
+    else:
+        alpha, k = options.length_penalty, options.length_penalty_k
+    return beam_search(model, src, options.beam_size, alpha, k, options.max_len_a, options.max_len_b, options.nbest)
+
+
+def translate_ids(model: Transformer, sources: list[list[int]], options: SearchOptions, batch_size: int,
+                  device: torch.device | None = None) -> list[list[Hypothesis]]:
+    """:func:`search_batch` over length-sorted batches of ``batch_size`` sentences; results in
+    input order (:func:`by_length`)."""
+    return by_length(sources, batch_size, lambda chunk: search_batch(model, chunk, options, device))

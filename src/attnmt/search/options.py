@@ -1,0 +1,85 @@
+"""The options of one search call, shared by every engine (native, CTranslate2, ONNX Runtime).
+
+They live in the search layer so that training (validation decoding) and translation build the
+same object; ``attnmt.decode.engine`` re-exports :class:`SearchOptions` and says which engine
+supports which option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+LENGTH_PENALTY_TYPES = ("gnmt", "average")
+
+# Options every engine must honour; the others are features an engine may lack (see
+# ``SearchOptions.requested`` and ``attnmt.decode.engine.check_supported``).
+CORE_OPTIONS = frozenset({"beam_size", "nbest", "length_penalty", "length_penalty_type", "length_penalty_k",
+                          "max_len_a", "max_len_b"})
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How to search: greedy (``beam_size`` 1) or beam search, the ranking and the length limit.
+
+    beam_size: K, open hypotheses per sentence (1 = greedy search).
+    nbest: hypotheses returned per sentence, best first (1 <= nbest <= beam_size).
+    length_penalty_type: 'gnmt': score = log P / ((k + |Y|) / (k + 1))^alpha (Wu et al., 2016,
+        equation 14) in beam search, log P in greedy search; 'average': score = log P / |Y|
+        in both (the mean log-probability per token). |Y| counts EOS.
+    length_penalty: alpha of the GNMT penalty (unused by 'average').
+    length_penalty_k: k of the GNMT penalty (5 in the paper).
+    max_len_a, max_len_b: each sentence's output limit, ``floor(a * source length + b)`` tokens
+        with EOS (source length with its EOS), at most the model's ``max_positions - 1``; a
+        hypothesis stopped by the limit has no EOS.
+    return_attention: also return the best hypothesis' encoder-decoder attention.
+    constraints: lexically constrained search (filled in by the constrained beam search): one
+        entry per source sentence of the call, each a sequence of phrases (target token-id
+        sequences) that the output must contain; None = unconstrained.
+
+    Raises:
+        ValueError: beam_size < 1, nbest outside [1, beam_size], an unknown length_penalty_type,
+            negative length limits or k.
+    """
+
+    beam_size: int = 1
+    nbest: int = 1
+    length_penalty: float = 0.6
+    length_penalty_type: str = "gnmt"
+    length_penalty_k: float = 5.0
+    max_len_a: float = 1.5
+    max_len_b: int = 10
+    return_attention: bool = False
+    constraints: Sequence[Sequence[Sequence[int]]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be at least 1, got {self.beam_size}")
+        if not 1 <= self.nbest <= self.beam_size:
+            raise ValueError(f"nbest ({self.nbest}) must be between 1 and the beam size ({self.beam_size})")
+        if self.length_penalty_type not in LENGTH_PENALTY_TYPES:
+            raise ValueError(f"unknown length_penalty_type {self.length_penalty_type!r}; use gnmt or average")
+        if self.max_len_a < 0 or self.max_len_b < 0 or self.length_penalty_k < 0:
+            raise ValueError("max_len_a, max_len_b and length_penalty_k must not be negative")
+
+    @classmethod
+    def from_config(cls, decode: Any, **overrides: Any) -> "SearchOptions":
+        """The options of a ``DecodeConfig`` (``attnmt.config``), with ``overrides`` (None values
+        are ignored, so callers can pass optional arguments straight through)."""
+        values = {f.name: getattr(decode, f.name) for f in fields(cls) if hasattr(decode, f.name)}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    @property
+    def is_greedy(self) -> bool:
+        """One hypothesis per sentence from greedy search."""
+        return self.beam_size == 1
+
+    def requested(self) -> frozenset[str]:
+        """The option names this call needs an engine to honour: :data:`CORE_OPTIONS` and each
+        optional feature that is switched on."""
+        extra = {"return_attention"} if self.return_attention else set()
+        if self.constraints is not None and any(len(c) for c in self.constraints):
+            extra.add("constraints")
+        return CORE_OPTIONS | extra
