@@ -7,19 +7,21 @@ import math
 import pytest
 import torch
 
+from attnmt.data.tokenizers import EOS_ID
+
 from attnmt.decode.alignment import align_words, format_alignment, word_ids
 from attnmt.decode.confidence import mean_log_prob, word_probabilities
 
-PIECES = {1: "▁Ein", 2: "▁Fahr", 3: "rad", 4: "▁fährt", 5: "."}
+PIECES = {11: "▁Ein", 12: "▁Fahr", 13: "rad", 14: "▁fährt", 15: "."}  # ids past the special ones
 
 
 def _decode(ids: list[int]) -> str:
-    return "".join(PIECES[i] for i in ids).replace("▁", " ").strip()
+    return "".join(PIECES[i] for i in ids if i != EOS_ID).replace("▁", " ").strip()
 
 
 def test_word_ids_follow_the_detokenised_words():
-    assert word_ids([1, 2, 3, 4, 5], _decode) == [0, 1, 1, 2, 2]  # "Ein Fahrrad fährt."
-    assert word_ids([3, 2], _decode) == [0, 1]
+    assert word_ids([11, 12, 13, 14, 15], _decode) == [0, 1, 1, 2, 2]  # "Ein Fahrrad fährt."
+    assert word_ids([13, 12], _decode) == [0, 1]
     assert word_ids([], _decode) == []
 
 
@@ -46,3 +48,13 @@ def test_word_probabilities_are_products_of_subword_probabilities():
     assert probs == pytest.approx([0.5, 0.72])
     assert mean_log_prob(lps) == pytest.approx(sum(lps) / 4)
     assert mean_log_prob([]) == 0.0 and word_probabilities([], []) == []
+
+
+def test_word_confidence_names_the_words():
+    from attnmt.decode.confidence import word_confidence
+
+    lps = [math.log(0.5), math.log(0.8), math.log(0.9), math.log(0.6), math.log(0.7), math.log(0.99)]
+    words, probs = word_confidence([11, 12, 13, 14, 15, EOS_ID], lps, _decode)
+    assert words == ["Ein", "Fahrrad", "fährt."]
+    assert probs == pytest.approx([0.5, 0.72, 0.42])
+    assert word_confidence([EOS_ID], [0.0], _decode) == ([], [])

@@ -14,7 +14,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from attnmt.data.tokenizers import EOS_ID
+from attnmt.decode.alignment import word_ids
 
 
 def mean_log_prob(token_log_probs: Sequence[float]) -> float:
@@ -38,3 +41,22 @@ def word_probabilities(token_log_probs: Sequence[float], words: Sequence[int]) -
     for lp, w in zip(token_log_probs, words):
         sums[w] += lp
     return [math.exp(s) for s in sums]
+
+
+def word_confidence(tokens: Sequence[int], token_log_probs: Sequence[float], decode: Callable[[list[int]], str]
+                    ) -> tuple[list[str], list[float]]:
+    """The words of an output and the probability of each.
+
+    Args:
+        tokens: output ids, maybe ending with EOS (which belongs to no word).
+        token_log_probs: the natural-log probability of each of ``tokens``.
+        decode: the target tokenizer's ids -> text.
+    Returns:
+        (words, probabilities): the whitespace-separated words of the detokenised output and,
+        for each, the product of its subwords' probabilities.
+    """
+    body = [t for t in tokens if t != EOS_ID]
+    words = decode(body).split()
+    if not words:
+        return [], []
+    return words, word_probabilities(token_log_probs[:len(body)], word_ids(body, decode))[:len(words)]
