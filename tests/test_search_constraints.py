@@ -130,3 +130,30 @@ def test_empty_constraints_equal_plain_beam_search_exactly():
     same = beam_search(model, src, beam_size=4, nbest=3, constraints=[[], [], []])
     assert [[(h.tokens, h.token_log_probs, h.score) for h in hs] for hs in plain] == \
         [[(h.tokens, h.token_log_probs, h.score) for h in hs] for hs in same]
+
+
+def test_constraints_and_streaming_follow_their_sentences_through_length_batches():
+    from attnmt.search.batched import translate_ids
+    from attnmt.search.options import SearchOptions
+
+    model = tiny_model(seed=9, vocab=40)
+    sources = [[5, 6, EOS_ID], [7, 8, 9, 10, 11, EOS_ID], [12, EOS_ID], [13, 14, 15, 16, EOS_ID], [17, 18, 19, EOS_ID]]
+    constraints = [[[20]], [], [[21, 22]], [[23], [24]], []]
+    reported: dict[int, list[int]] = {}
+
+    def on_step(i: int, tokens: list[int]) -> bool:
+        reported[i] = tokens
+        return False
+
+    for beam_size in (1, 3):
+        options = SearchOptions(beam_size=beam_size, max_len_a=1.0, max_len_b=6, constraints=constraints,
+                                on_step=on_step)
+        assert options.requested() >= {"constraints", "streaming"}
+        out = translate_ids(model, sources, options, batch_size=2)  # batches of the longest first
+        plain = translate_ids(model, sources, SearchOptions(beam_size=beam_size, max_len_a=1.0, max_len_b=6),
+                              batch_size=2)
+        for i, ((h,), phrases) in enumerate(zip(out, constraints)):
+            assert all(any(h.tokens[k:k + len(p)] == p for k in range(len(h.tokens))) for p in phrases), i
+            assert h.tokens[:len(reported[i])] == reported[i]  # streamed under its own index
+            if not phrases:
+                assert h.tokens == plain[i][0].tokens

@@ -35,7 +35,7 @@ class NativeEngine:
     """
 
     name = "native"
-    supports = CORE_OPTIONS | {"return_attention"}
+    supports = CORE_OPTIONS | {"return_attention", "constraints", "streaming"}
 
     def __init__(self, model: Transformer, device: str = "auto", precision: str = "fp32",
                  attention: str | None = None):
@@ -121,7 +121,7 @@ class NativeEngine:
         (``Engine`` contract in ``attnmt.decode.engine``).
 
         Raises:
-            UnsupportedOption: constraints (until the constrained search plugs in here).
+            UnsupportedOption: never (it supports every option); kept by the Engine contract.
         """
         check_supported(self, options)
         hyps = search_batch(self.model, sources, options, self._device)

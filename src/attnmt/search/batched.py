@@ -54,6 +54,22 @@ def by_length(sources: list[list[int]], batch_size: int, search: SearchFn) -> li
     return results  # type: ignore[return-value]
 
 
+def search_in_batches(sources: list[list[int]], options: SearchOptions, batch_size: int,
+                      search: Callable[[list[list[int]], SearchOptions], list[list[Hypothesis]]]
+                      ) -> list[list[Hypothesis]]:
+    """:func:`by_length` with per-sentence options: each batch is searched with
+    ``options.select(its indices)``, so constraints and streaming follow their sentences.
+
+    Args:
+        search: e.g. ``Engine.translate``: (batch sources, batch options) -> hypotheses per source.
+    """
+    results: list[list[Hypothesis] | None] = [None] * len(sources)
+    for chunk in length_batches(sources, batch_size):
+        for i, hyps in zip(chunk, search([sources[i] for i in chunk], options.select(chunk)), strict=True):
+            results[i] = hyps
+    return results  # type: ignore[return-value]
+
+
 def average_score(h: Hypothesis) -> Hypothesis:
     """``h`` ranked by its mean log-probability per token, EOS included: log P / |Y|
     (OpenNMT-py's ``avg`` normalisation, CTranslate2's default)."""
@@ -68,8 +84,9 @@ def search_batch(model: Transformer, sources: list[list[int]], options: SearchOp
     Args:
         model: a Transformer in eval mode (or anything with its search interface).
         sources: source ids per sentence, each ending with EOS; padded here.
-        options: the search; ``return_attention`` and ``constraints`` are not handled here
-            (``attnmt.decode.native.NativeEngine`` adds attention).
+        options: the search (``return_attention`` is not handled here: ``attnmt.decode.native.NativeEngine``
+            adds attention). With ``constraints`` a beam size of 1 runs beam search with one
+            beam, ranked by log-probability as greedy search is.
         device: where the padded batch goes; default the CPU.
     Returns:
         ``options.nbest`` hypotheses per sentence, in input order, best first.
@@ -77,19 +94,23 @@ def search_batch(model: Transformer, sources: list[list[int]], options: SearchOp
     src = pad_sequences(sources)  # (B, S)
     if device is not None:
         src = to_device(src, device)
-    if options.is_greedy:
-        hyps = [[h] for h in greedy_search(model, src, options.max_len_a, options.max_len_b)]
+    constrained = options.constraints is not None and any(len(c) for c in options.constraints)
+    if options.is_greedy and not constrained:
+        hyps = [[h] for h in greedy_search(model, src, options.max_len_a, options.max_len_b, options.on_step)]
         return [[average_score(h)] for [h] in hyps] if options.length_penalty_type == "average" else hyps
-    if options.length_penalty_type == "average":
+    if options.is_greedy:  # constrained: one beam, ranked by log P as greedy search ranks
+        alpha, k = (1.0, 0.0) if options.length_penalty_type == "average" else (0.0, options.length_penalty_k)
+    elif options.length_penalty_type == "average":
         # log P / |Y| is the GNMT penalty with alpha 1 and k 0: ((0 + |Y|) / (0 + 1))^1.
         alpha, k = 1.0, 0.0
     else:
         alpha, k = options.length_penalty, options.length_penalty_k
-    return beam_search(model, src, options.beam_size, alpha, k, options.max_len_a, options.max_len_b, options.nbest)
+    return beam_search(model, src, options.beam_size, alpha, k, options.max_len_a, options.max_len_b, options.nbest,
+                       options.constraints if constrained else None, options.on_step)
 
 
 def translate_ids(model: Transformer, sources: list[list[int]], options: SearchOptions, batch_size: int,
                   device: torch.device | None = None) -> list[list[Hypothesis]]:
     """:func:`search_batch` over length-sorted batches of ``batch_size`` sentences; results in
     input order (:func:`by_length`)."""
-    return by_length(sources, batch_size, lambda chunk: search_batch(model, chunk, options, device))
+    return search_in_batches(sources, options, batch_size, lambda chunk, opts: search_batch(model, chunk, opts, device))

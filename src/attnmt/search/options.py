@@ -7,8 +7,8 @@ supports which option.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 LENGTH_PENALTY_TYPES = ("gnmt", "average")
@@ -34,9 +34,12 @@ class SearchOptions:
         with EOS (source length with its EOS), at most the model's ``max_positions - 1``; a
         hypothesis stopped by the limit has no EOS.
     return_attention: also return the best hypothesis' encoder-decoder attention.
-    constraints: lexically constrained search (filled in by the constrained beam search): one
-        entry per source sentence of the call, each a sequence of phrases (target token-id
-        sequences) that the output must contain; None = unconstrained.
+    constraints: lexically constrained search (``attnmt.search.constraints``, dynamic beam
+        allocation): one entry per source sentence of the call, each a sequence of phrases
+        (target token-id sequences) that the output must contain; None = unconstrained.
+    on_step: streaming: called after each search step with a sentence's index in the call and
+        its settled tokens (``attnmt.search.beam.beam_search``); returning True stops that
+        sentence. None = no streaming.
 
     Raises:
         ValueError: beam_size < 1, nbest outside [1, beam_size], an unknown length_penalty_type,
@@ -52,6 +55,7 @@ class SearchOptions:
     max_len_b: int = 10
     return_attention: bool = False
     constraints: Sequence[Sequence[Sequence[int]]] | None = None
+    on_step: Callable[[int, list[int]], bool] | None = None
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -82,4 +86,16 @@ class SearchOptions:
         extra = {"return_attention"} if self.return_attention else set()
         if self.constraints is not None and any(len(c) for c in self.constraints):
             extra.add("constraints")
+        if self.on_step is not None:
+            extra.add("streaming")
         return CORE_OPTIONS | extra
+
+    def select(self, indices: Sequence[int]) -> "SearchOptions":
+        """The options of a call over the sentences ``indices`` of this one: the per-sentence
+        fields (``constraints``, the sentence index given to ``on_step``) follow their sentences."""
+        if self.constraints is None and self.on_step is None:
+            return self
+        idx = list(indices)
+        on_step = self.on_step
+        return replace(self, constraints=None if self.constraints is None else [self.constraints[i] for i in idx],
+                       on_step=None if on_step is None else (lambda i, tokens: on_step(idx[i], tokens)))
