@@ -290,6 +290,11 @@ class TrainConfig(_Section):
 # German->English preset (see README, "Looking inside"); plots and the server show it by default.
 DEFAULT_ATTENTION_LAYER = 2
 
+# The decoder layer whose head-averaged source attention gives word alignments
+# (``attnmt.decode.alignment``; translate --alignments, the API's ``alignments``): the layer whose
+# alignments hit the most hand-made links on Multi30k de->en (benchmarks/control.py; docs/control.md).
+DEFAULT_ALIGNMENT_LAYER = 2
+
 
 class DecodeConfig(_Section):
     """Search defaults (beam search with the GNMT length penalty, Wu et al., 2016, eq. 14)."""
