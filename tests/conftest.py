@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,12 @@ from attnmt.config import ModelConfig
 from attnmt.model.transformer import Transformer
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def multi30k_data() -> Path | None:
+    """The directory named by ``$ATTNMT_DATA`` if it holds ``multi30k/train.de.gz``, else None."""
+    root = os.environ.get("ATTNMT_DATA")
+    return Path(root) if root and (Path(root) / "multi30k" / "train.de.gz").is_file() else None
 
 
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=[
@@ -24,10 +30,11 @@ def device(request) -> str:
 
 @pytest.fixture
 def multi30k_dir() -> Path:
-    """The directory holding multi30k/*.gz (skips the test where it is absent)."""
-    if not (SHARED_DATA / "multi30k" / "train.de.gz").is_file():
-        pytest.skip("Multi30k not found in ../shared/data")
-    return SHARED_DATA
+    """The directory holding multi30k/*.gz, ``$ATTNMT_DATA`` (skips the test where it is absent)."""
+    root = multi30k_data()
+    if root is None:
+        pytest.skip("Multi30k not found: set ATTNMT_DATA to the directory holding multi30k/")
+    return root
 
 
 def tiny_model(seed: int = 0, vocab: int = 40, device: str = "cpu", **overrides) -> Transformer:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from attnmt.data.tokenizers import EOS_ID, PAD_ID
 from attnmt.decode.translator import Translator
 from attnmt.errors import CheckpointError
 from attnmt.interop.marian import import_marian, vocabulary_order
-from tests.conftest import SHARED_DATA
+from tests.conftest import multi30k_data
 
 transformers = pytest.importorskip("transformers")
 spm = pytest.importorskip("sentencepiece")
@@ -31,11 +30,11 @@ LIMIT = 100  # output tokens, EOS included (below max_position_embeddings)
 
 
 def _data_dir() -> Path:
-    """Multi30k: ../shared/data beside the checkout, else $ATTNMT_DATA (skips where absent)."""
-    for d in (SHARED_DATA, os.environ.get("ATTNMT_DATA")):
-        if d and (Path(d) / "multi30k" / "train.de.gz").is_file():
-            return Path(d)
-    pytest.skip("Multi30k not found in ../shared/data or $ATTNMT_DATA")
+    """Multi30k from $ATTNMT_DATA (skips where absent)."""
+    root = multi30k_data()
+    if root is None:
+        pytest.skip("Multi30k not found: set ATTNMT_DATA to the directory holding multi30k/")
+    return root
 
 
 def _lines(data_dir, lang, n):

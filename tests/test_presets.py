@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import random
 import subprocess
 import sys
@@ -22,16 +21,6 @@ from attnmt.evaluate import tokenized_bleu
 
 REPO = Path(__file__).resolve().parents[1]
 PRESETS = sorted((REPO / "configs").glob("*.yaml"))
-
-
-@pytest.fixture
-def multi30k_dir() -> Path:
-    """The directory holding multi30k/*.gz: ../shared/data beside the clone, else $ATTNMT_DATA
-    (a worktree elsewhere); the test is skipped where neither has it."""
-    for root in (REPO.parent / "shared" / "data", Path(os.environ.get("ATTNMT_DATA", "/nonexistent"))):
-        if (root / "multi30k" / "train.de.gz").is_file():
-            return root
-    pytest.skip("Multi30k not found in ../shared/data or $ATTNMT_DATA")
 
 
 @pytest.mark.parametrize("path", PRESETS, ids=[p.stem for p in PRESETS])

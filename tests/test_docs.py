@@ -1,0 +1,151 @@
+"""The documentation: the site builds with ``mkdocs build --strict``; every page of docs/ is in its
+navigation; every subcommand of the command line and every configuration key (each with a
+description) appears in it; the README and the results record stay short; the YAML examples
+of the docs validate; no path of a build machine is committed."""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attnmt.cli import build_parser
+from attnmt.config import Config, config_from_yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+
+
+def _hook():
+    spec = importlib.util.spec_from_file_location("docs_reference_hook", DOCS / "_hooks" / "reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site built in strict mode (any warning fails the build)."""
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("mkdocstrings")
+    out = tmp_path_factory.mktemp("site")
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def _text(page: Path) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", page.read_text(encoding="utf-8")))
+
+
+def _nav_pages(nav) -> set[str]:
+    pages = set()
+    for item in nav:
+        value = next(iter(item.values())) if isinstance(item, dict) else item
+        pages |= _nav_pages(value) if isinstance(value, list) else {value}
+    return pages
+
+
+def test_every_page_of_docs_is_in_the_navigation():
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8").replace("!!python", "#"))
+    pages = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md") if "_hooks" not in p.parts}
+    assert pages == _nav_pages(config["nav"])
+
+
+def test_every_cli_subcommand_is_on_the_command_line_page(site):
+    text = _text(site / "cli" / "index.html")
+    paths = [path for path, _ in _hook()._subcommands(build_parser(), "attnmt")]
+    assert len(paths) >= 12 and "attnmt plot-positions" in paths
+    for path in paths:
+        assert f"usage: {path}" in text, path
+        assert re.search(rf"{re.escape(path)}\s*¶", text), f"no section for {path}"
+
+
+def test_every_configuration_key_is_on_the_configuration_page_with_its_description(site):
+    text = _text(site / "configuration" / "index.html")
+    rows = _hook().config_rows(Config, "")
+    keys = {key for key, *_ in rows}
+    assert {"train.t_mul", "model.positional_layout", "decode.beam_size", "tokenizer.min_freq"} <= keys
+    for key, _, _, description in rows:
+        if "." in key:  # the sections themselves are headings
+            assert key in text, key
+            assert " ".join(description.split("*(")[0].split())[:40].replace("\\|", "|") in text, key
+
+
+def test_a_key_without_a_description_fails(monkeypatch):
+    hook = _hook()
+    field = Config.model_fields["train"].annotation.model_fields["t_mul"]
+    monkeypatch.setattr(field, "description", None)
+    with pytest.raises(ValueError, match="train.t_mul has no description"):
+        hook.config_rows(Config, "")
+
+
+def test_the_generated_pages_hold_the_results_and_the_modules(site):
+    results = _text(site / "results" / "index.html")
+    assert "Training throughput" in results and "AMD EPYC" in results
+    architecture = _text(site / "architecture" / "index.html")
+    for module in ("attnmt.model.positional", "attnmt.config", "attnmt.visualize"):
+        assert module in architecture
+    api = _text(site / "api" / "index.html")
+    assert "sinusoidal_table" in api and "load_config" in api
+
+
+def _yaml_blocks(path: Path) -> list[str]:
+    return re.findall(r"```yaml\n(.*?)```", path.read_text(encoding="utf-8"), flags=re.S)
+
+
+def test_configuration_examples_in_the_readme_and_docs_validate():
+    blocks = [(p, b) for p in [REPO / "README.md", *DOCS.glob("*.md")] for b in _yaml_blocks(p)]
+    configs = [(p, b) for p, b in blocks if isinstance(yaml.safe_load(b), dict)
+               and set(yaml.safe_load(b)) <= set(Config.model_fields) and "data" in yaml.safe_load(b)]
+    assert configs, "no configuration example found"
+    for path, block in configs:
+        config_from_yaml(block, path)
+
+
+def test_readme_and_results_stay_short():
+    assert len((REPO / "README.md").read_text(encoding="utf-8").splitlines()) <= 250
+    assert len((REPO / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8").splitlines()) <= 250
+
+
+def test_every_results_table_names_its_cpu_date_and_command():
+    """benchmarks/RESULTS.md: per figure (a '## ' section) at most one table, whose header has a
+    CPU, a date and a command column."""
+    sections = re.split(r"^## ", (REPO / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8"), flags=re.M)[1:]
+    assert len(sections) >= 5
+    for section in sections:
+        lines = section.splitlines()
+        title = lines[0]
+        headers = [line for line, below in zip(lines, lines[1:])
+                   if line.startswith("|") and re.match(r"^\|\s*-", below)]
+        assert len(headers) <= 1, f"{title}: {len(headers)} tables"
+        for header in headers:
+            columns = [c.strip().lower() for c in header.strip("|").split("|")]
+            assert {"cpu", "date", "command"} <= set(columns), f"{title}: columns {columns}"
+
+
+MACHINE_PATH = re.compile(r"(?<![\w.-])/(?:work|home|root)/|\.\./shared")
+
+
+def test_no_path_of_a_build_machine_is_committed():
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout.split(b"\0")
+    hits = []
+    for name in filter(None, files):
+        path = REPO / name.decode()
+        if path.suffix in {".png", ".gz", ".safetensors", ".model"} or not path.is_file():
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+            if MACHINE_PATH.search(line):
+                hits.append(f"{name.decode()}:{n}: {line.strip()[:100]}")
+    assert not hits, "\n".join(hits)
