@@ -1,4 +1,5 @@
-"""Train and test the presets in ``configs/``, one after the other: the README's results table.
+"""Train and test the presets in ``configs/``, one after the other: the rows of
+the presets table in benchmarks/RESULTS.md.
 
 For each preset: ``attnmt train configs/NAME.yaml --output RUNS/NAME`` (resumed with ``--resume``
 where a run was interrupted, skipped where it is done), then ``attnmt evaluate`` on
@@ -8,8 +9,8 @@ too for word-level presets) with the preset's own decoding settings, and for wor
 tutorial reports it). ``prenorm_frozen_de_en`` first trains its word vectors (``attnmt
 train-vectors``, gensim FastText on the training corpus) where ``vectors/`` lacks them.
 
-Appends one JSON line per preset to ``RUNS/results.jsonl`` and prints the Markdown rows of the
-README's table (preset, direction, machine, minutes, BLEU, chrF). Run presets one at a time on an
+Appends one JSON line per preset to ``RUNS/results.jsonl`` and prints a Markdown row per preset
+(preset, direction, machine, minutes, BLEU, chrF). Run presets one at a time on an
 otherwise idle machine: the budgets are wall-clock minutes.
 
 Usage (from the repository root):

@@ -475,7 +475,7 @@ def _add_serve_parser(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                   help="a server limit, e.g. --set max_wait_ms=10 (see README, 'Serving')")
+                   help="a server limit, e.g. --set max_wait_ms=10 (docs/serving.md)")
     p.set_defaults(func=cmd_serve)
 
 

@@ -287,7 +287,7 @@ class TrainConfig(_Section):
 
 
 # The decoder layer whose head-averaged source attention aligned words best on the Multi30k
-# German->English preset (see README, "Looking inside"); plots and the server show it by default.
+# German->English preset (docs/looking_inside.md); plots and the server show it by default.
 DEFAULT_ATTENTION_LAYER = 2
 
 # The decoder layer whose head-averaged source attention gives word alignments
