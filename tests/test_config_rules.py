@@ -97,7 +97,7 @@ def _wrong_option_value(section: str, option: str, values: tuple[str, ...]) -> s
 
 
 @pytest.mark.parametrize("section,key", sorted(APPLIES_ONLY_TO), ids=[f"{s}.{k}" for s, k in sorted(APPLIES_ONLY_TO)])
-def test_a_knob_of_an_option_not_in_use_is_refused_naming_that_option(section, key, tmp_path):
+def test_a_knob_of_an_option_not_in_use_is_refused_naming_that_option(section, key, tmp_path, capsys):
     opt_section, option, values = APPLIES_ONLY_TO[(section, key)]
     wrong = _wrong_option_value(opt_section, option, values)
     raw = {**BASE, opt_section: {option: wrong}}
@@ -108,6 +108,8 @@ def test_a_knob_of_an_option_not_in_use_is_refused_naming_that_option(section, k
     assert f"{opt_section}.{option} is {wrong}" in message
     line = next(i for i, s in enumerate(text.splitlines(), 1) if s.strip().startswith(f"{key}:"))
     assert message.startswith(f"{tmp_path / 'bad.yaml'}:{line}: ")
+    assert cli.main(["train", str(tmp_path / "bad.yaml"), "--output", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == f"attnmt: error: {message}\n"
 
 
 @pytest.mark.parametrize("section,key", sorted(APPLIES_ONLY_TO), ids=[f"{s}.{k}" for s, k in sorted(APPLIES_ONLY_TO)])
