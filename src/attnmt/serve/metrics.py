@@ -37,6 +37,9 @@ class ServeMetrics:
         self.request_seconds = Histogram("attnmt_request_seconds", "latency of /v1/translate requests",
                                          buckets=SECONDS, registry=r)
         self.queued = Gauge("attnmt_queued_sentences", "sentences waiting for the batcher", registry=r)
+        self.streams_open = Gauge("attnmt_streams_open", "streamed translations in progress", registry=r)
+        self.streams_stopped = Counter("attnmt_streams_stopped", "streamed sentences whose search stopped because "
+                                       "their client went away", registry=r)
 
     def observe_batch(self, jobs: list[Job], started: float, seconds: float) -> None:
         """Record one batch (the :class:`DynamicBatcher` ``on_batch`` callback)."""
