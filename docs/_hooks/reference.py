@@ -115,8 +115,7 @@ def config_reference() -> str:
     out = []
     for name, field in Config.model_fields.items():
         (section,) = _models_in(field.annotation)
-        summary = _plain(field.description)
-        out += [f"## {name}", "", f"{summary[0].upper()}{summary[1:]}. {_plain(section.__doc__ or '')}", "",
+        out += [f"## {name}", "", _plain(section.__doc__ or field.description), "",
                 "| key | type | default | description |", "| --- | --- | --- | --- |"]
         out += [f"| `{k}` | {t} | {d} | {desc} |" for k, t, d, desc in config_rows(section, f"{name}.")]
         out.append("")
@@ -137,7 +136,7 @@ def cli_reference() -> str:
     """Markdown: a section per subcommand with its one-line summary and argparse's help."""
     from attnmt.cli import build_parser
 
-    os.environ["COLUMNS"] = "100"  # argparse wraps help at this width
+    os.environ["COLUMNS"] = "82"  # argparse wraps help at this width (the code blocks of the theme)
     parser = build_parser()
     summaries = {}
     for action in parser._actions:
