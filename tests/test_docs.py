@@ -81,6 +81,11 @@ def test_every_configuration_key_is_on_the_configuration_page_with_its_descripti
             assert " ".join(description.split("*(")[0].split())[:40].replace("\\|", "|") in text, key
 
 
+def test_every_configuration_key_has_a_description():
+    rows = _hook().config_rows(Config, "")  # raises ValueError naming a key without one
+    assert len(rows) > 90 and all(description for *_, description in rows)
+
+
 def test_a_key_without_a_description_fails(monkeypatch):
     hook = _hook()
     field = Config.model_fields["train"].annotation.model_fields["t_mul"]
