@@ -269,6 +269,8 @@ def test_time_budget_schedule_fits_the_measured_rate(tmp_path):
     _word_corpus(tmp_path)
     raw = _raw(tmp_path, schedule="time_budget", lr=0.05, warmup_fraction=0.5, max_minutes=10, max_epochs=1,
                epoch_checkpoints=False, validate_every_epoch=False)
+    for knob in ("first_decay_steps", "t_mul", "alpha"):  # cosine_restarts knobs: refused under time_budget
+        del raw["train"][knob]
     trainer = Trainer(config_from_dict(raw), tmp_path / "run", progress=False)
     trainer.run()
     expected = trainer.state.expected_steps
