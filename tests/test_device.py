@@ -14,7 +14,7 @@ from attnmt import device as device_module
 from attnmt import precision
 from attnmt.cli import main
 from attnmt.config import config_from_dict
-from attnmt.data.batching import make_batch
+from attnmt.data.batching import batch_from_arrays, make_batch
 from attnmt.device import resolve_device, to_device
 from attnmt.errors import ConfigError
 from attnmt.train import distributed
@@ -111,7 +111,7 @@ def test_train_step_through_an_active_loss_scaler(tiny_trainer):
     plain, scaled = tiny_trainer("plain"), tiny_trainer("scaled")
     scaled.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 12)
     corpus = plain.data.train
-    batch = make_batch(corpus.src[:8], corpus.tgt[:8])
+    batch = batch_from_arrays(*corpus.pairs(range(8)))
     for t in (plain, scaled):
         t.train_step([batch])
     for a, b in zip(plain.params, scaled.params):

@@ -15,7 +15,7 @@ import torch
 
 from attnmt import precision
 from attnmt.config import config_from_dict
-from attnmt.data.batching import make_batch
+from attnmt.data.batching import batch_from_arrays
 from attnmt.decode.translator import Translator
 from attnmt.train.trainer import Trainer, train
 
@@ -126,7 +126,7 @@ def test_bf16_runs_only_where_the_cpu_has_fast_kernels(copy_run, monkeypatch, ca
         seen = []
         hook = trainer.model.decoder.layers[0].feed_forward.w_1.register_forward_hook(
             lambda module, inputs, output: seen.append(output.dtype))
-        batch = make_batch([trainer.data.train.src[0]], [trainer.data.train.tgt[0]])
+        batch = batch_from_arrays(*trainer.data.train.pairs([0]))
         with autocast(trainer.precision):
             trainer.batch_loss(batch)
         hook.remove()
@@ -291,7 +291,7 @@ def test_chunked_loss_switch_keeps_loss_and_gradients(tmp_path, monkeypatch):
     projection = trainer.model.decoder.output_projection
     projection.bias = torch.nn.Parameter(torch.randn(projection.out_features))
     idx = list(range(40))
-    batch = make_batch([trainer.data.train.src[i] for i in idx], [trainer.data.train.tgt[i] for i in idx])
+    batch = batch_from_arrays(*trainer.data.train.pairs(idx))
     results = []
     for chunked in (False, True):
         monkeypatch.setattr(trainer_module, "CHUNKED_LOSS", chunked)

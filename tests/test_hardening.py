@@ -442,7 +442,7 @@ def test_training_data_with_a_10mb_line(tmp_path):
     with open(tmp_path / "train.tgt", "a") as f:
         f.write("alpha\n")
     trainer = Trainer(config_from_dict(raw), tmp_path / "run", progress=False)
-    assert trainer.data.train.dropped_long == 1 and len(trainer.data.train.src) == 400
+    assert trainer.data.train.dropped["too_long"] == 1 and len(trainer.data.train) == 400
 
 
 def test_translator_output_is_one_line_per_input(tiny_run):

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from attnmt import rundir
 from attnmt.config import config_from_dict
-from attnmt.data.batching import make_batch, sentence_batches
+from attnmt.data.batching import batch_from_arrays, sentence_batches
 from attnmt.data.tokenizers import PAD_ID, UNK_ID, WordTokenizer
 from attnmt.data.vectors import read_vec, write_vec
 from attnmt.decode.translator import Translator
@@ -245,7 +245,7 @@ def test_frozen_vectors_initialise_the_vocabulary_and_stay(word_run):
 def test_per_sentence_loss_in_the_trainer_gradient(word_run):
     tmp_path, trainer, _, _ = word_run
     corpus = trainer.data.train
-    batch = make_batch(corpus.src[:4], corpus.tgt[:4])
+    batch = batch_from_arrays(*corpus.pairs(range(4)))
     trainer.model.eval()  # no dropout, so two passes agree
     captured = {}
     step = trainer.optimizer.step

@@ -1,5 +1,5 @@
-"""The ``attnmt`` command line: train, train-vectors, translate, evaluate, score, plot-attention,
-plot-training, plot-positions, serve, import (MarianMT) and export (CTranslate2, ONNX).
+"""The ``attnmt`` command line: prepare, train, train-vectors, translate, evaluate, score, plot-attention,
+plot-training, plot-positions, serve, import (MarianMT) and export (CTranslate2, ONNX, a web page).
 
 User mistakes (bad options, bad configuration, missing, malformed or unwritable files, a full
 disk) print one line to stderr, ``attnmt: error: ...``, and exit with status 2; no traceback
@@ -131,7 +131,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     is_main = os.environ.get("RANK", "0") == "0"  # under torchrun, rank 0 alone writes and prints
     if is_main:
         check_output_dir(args.output, "--output")
-    result = train(config, args.output, resume=args.resume, data_dir=args.data_dir)
+    result = train(config, args.output, resume=args.resume, data_dir=args.data_dir,
+                   allow_data_change=args.allow_data_change)
     if is_main:
         print(_json_line(result.__dict__))
     if result.interrupted_by:  # a stop signal: the conventional exit status 128 + its number
@@ -139,16 +140,37 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from attnmt.config import load_config
+    from attnmt.data.prepare import prepare
+    from attnmt.rundir import read_tokenizers
+
+    config = load_config(args.config, args.set)
+    if config.data is None:
+        raise AttnmtError(f"{args.config}: no data section: nothing to prepare")
+    check_output_dir(args.output, "--output")
+    tokenizers = read_tokenizers(args.tokenizers_from) if args.tokenizers_from else None
+    manifest = prepare(config, args.output, tokenizers, workers=args.workers, data_dir=args.data_dir, progress=True)
+    size = sum(f.stat().st_size for f in Path(args.output).iterdir())
+    train_info = manifest["train"]
+    print(_json_line({"output": args.output, "lines": train_info["lines"], "pairs": train_info["pairs"],
+                      "dropped": train_info["dropped"], "valid_pairs": (manifest["valid"] or {}).get("pairs"),
+                      "seconds": manifest["seconds"], "pairs_per_second": round(train_info["lines"] /
+                                                                                max(manifest["seconds"], 1e-9)),
+                      "megabytes": round(size / 1e6, 1), "fingerprint": manifest["fingerprint"]}))
+    return 0
+
+
 def cmd_train_vectors(args: argparse.Namespace) -> int:
     from attnmt.config import load_config
-    from attnmt.data.corpus import read_parallel
+    from attnmt.data.prepare import iter_pairs, training_corpora
     from attnmt.data.tokenizers import WordTokenizer
     from attnmt.data.vectors import train_fasttext, write_vec
     from attnmt.rundir import atomic_write
-    from attnmt.train.trainer import corpus_files
 
     config = load_config(args.config, args.set)
-    lines = read_parallel(*corpus_files(config, "train", args.data_dir))[0 if args.side == "src" else 1]
+    side = 0 if args.side == "src" else 1
+    lines = [pair[side] for c in training_corpora(config, args.data_dir) for pair in iter_pairs(c.src, c.tgt)]
     tc = config.tokenizer
     lang = config.languages()[0 if args.side == "src" else 1]
     if lang is None:
@@ -179,19 +201,26 @@ def _translator(args: argparse.Namespace):
 
 def _engine_translator(args: argparse.Namespace):
     """The translator of ``--engine``: native (PyTorch), ctranslate2 or onnxruntime; the latter two
-    read an export directory (``attnmt export``) given as --model."""
+    read an export directory (``attnmt export``) given as --model. ``--device`` (default: the
+    model's decode.device) applies to every engine."""
     engine = getattr(args, "engine", "native")
     if engine == "native":
         return _translator(args)
     if args.weights or args.precision or args.attention:
         raise AttnmtError(f"--weights, --precision and --attention apply to the native engine, not {engine}")
+    from attnmt.decode.translator import Translator
+    from attnmt.rundir import read_config
+
+    device = args.device or read_config(args.model).decode.device
     if engine == "ctranslate2":
-        from attnmt.interop.ctranslate2 import CTranslate2Translator
+        from attnmt.interop.ctranslate2 import CTranslate2Engine
 
-        return CTranslate2Translator(args.model, compute_type=args.compute_type, threads=args.threads or 0)
-    from attnmt.interop.onnx import OnnxTranslator
+        search = CTranslate2Engine(args.model, device, compute_type=args.compute_type, threads=args.threads or 0)
+    else:
+        from attnmt.interop.onnx import OnnxEngine
 
-    return OnnxTranslator(args.model, threads=args.threads or 0)
+        search = OnnxEngine(args.model, device, threads=args.threads or 0)
+    return Translator(search, search.src_tokenizer, search.tgt_tokenizer, search.config)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -202,7 +231,14 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    if args.format == "ctranslate2":
+    if args.format == "web":
+        if args.quantization not in (None, "int8", "float32") or args.int8_weight_bits != 7:
+            raise AttnmtError("web export: --quantization is int8 or float32; --int8-weight-bits applies to the "
+                              "ctranslate2 export only")
+        from attnmt.interop.web import export_web
+
+        export_web(args.model, args.output, args.quantization)
+    elif args.format == "ctranslate2":
         from attnmt.interop.ctranslate2 import export_ctranslate2
 
         export_ctranslate2(args.model, args.output, args.quantization, args.int8_weight_bits)
@@ -417,7 +453,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValidationError as e:
         first = e.errors()[0]
         raise AttnmtError(f"--set {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    app = create_app(lambda: _translator(args), settings, name=Path(args.model).resolve().name)
+    app = create_app(lambda: _engine_translator(args), settings, name=Path(args.model).resolve().name)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info",
                 timeout_keep_alive=settings.keep_alive_s)
     return 0
@@ -435,6 +471,14 @@ def _add_decode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam-size", type=positive_int, help="beam size K (1 = greedy); default from the model's config")
     p.add_argument("--batch-size", type=positive_int, help="sentences per batch; default from the model's config")
     p.add_argument("--length-penalty", type=finite_float, help="alpha of the GNMT length penalty (default 0.6)")
+
+
+def _add_engine_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", choices=["native", "ctranslate2", "onnxruntime"], default="native",
+                   help="native: PyTorch; ctranslate2 / onnxruntime: --model is a directory from 'attnmt export' "
+                        "(docs/engines.md says when to pick which)")
+    p.add_argument("--compute-type", default="default",
+                   help="ctranslate2 engine: CTranslate2's compute type (default: the exported weights' type)")
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
@@ -476,6 +520,7 @@ def _add_serve_parser(sub) -> None:
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="a server limit, e.g. --set max_wait_ms=10 (docs/serving.md)")
+    _add_engine_options(p)
     p.set_defaults(func=cmd_serve)
 
 
@@ -487,12 +532,13 @@ def _add_interop_parsers(sub) -> None:
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("export", help="export a model directory for a fast inference engine")
-    p.add_argument("format", choices=["ctranslate2", "onnx"], help="CTranslate2 model, or ONNX graphs")
+    p.add_argument("format", choices=["ctranslate2", "onnx", "web"],
+                   help="CTranslate2 model, ONNX graphs, or a static web page translating in the browser")
     p.add_argument("--model", required=True, help="model directory (from 'attnmt train' or 'attnmt import')")
     p.add_argument("--output", required=True, help="directory to create")
     p.add_argument("--quantization", choices=["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
                                                "float16", "bfloat16", "float32"],
-                   help="ctranslate2: weight type (default float32)")
+                   help="ctranslate2: weight type (default float32); web: int8 or float32 (default float32)")
     p.add_argument("--int8-weight-bits", type=int, choices=[7, 8], default=7,
                    help="ctranslate2, int8 / int8_float32: 7 avoids the 16-bit saturation of int8 kernels on CPUs "
                         "without VNNI; 8 is CTranslate2's own quantizer (default 7)")
@@ -533,7 +579,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the run in --output from its last checkpoint")
     p.add_argument("--data-dir", help="local dataset directory (holding multi30k/); default $ATTNMT_DATA")
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (same as --set train.device=...)")
+    p.add_argument("--allow-data-change", action="store_true",
+                   help="with --resume: go on although the training data, corpus weights or batching settings "
+                        "changed since the checkpoint (otherwise refused)")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("prepare", help="encode and filter a configuration's corpora once into memory-mapped "
+                                       "shards (then train with data.prepared: DIR)")
+    p.add_argument("config", help="YAML configuration (its data and tokenizer sections)")
+    p.add_argument("--output", required=True, help="directory to create")
+    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
+                   help="encoding processes (default: the CPU count)")
+    p.add_argument("--tokenizers-from", metavar="MODEL_DIR",
+                   help="use this model directory's tokenizers instead of training new ones (for fine-tuning)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a configuration value, e.g. --set data.filter.dedup=true")
+    p.add_argument("--data-dir", help="local dataset directory (holding multi30k/); default $ATTNMT_DATA")
+    p.set_defaults(func=cmd_prepare)
 
     _add_train_vectors_parser(sub)
 
@@ -544,10 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nbest", type=positive_int, default=1, help="hypotheses per sentence (<= beam size)")
     p.add_argument("--scores", action="store_true", help="print scores and each token's probability")
     p.add_argument("--format", choices=["text", "jsonl"], default="text", help="output format")
-    p.add_argument("--engine", choices=["native", "ctranslate2", "onnxruntime"], default="native",
-                   help="native: PyTorch; ctranslate2 / onnxruntime: --model is a directory from 'attnmt export'")
-    p.add_argument("--compute-type", default="default",
-                   help="ctranslate2 engine: CTranslate2's compute type (default: the exported weights' type)")
+    _add_engine_options(p)
     p.set_defaults(func=cmd_translate)
 
     _add_interop_parsers(sub)

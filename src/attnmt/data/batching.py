@@ -3,20 +3,26 @@
 Sentences of similar length go together so that little of a batch is padding. A batch's size
 is counted in padded tokens: ``number of pairs x the longest side (source or target, with BOS
 or EOS)`` stays within ``batch_tokens``. The order is a pure function of ``(seed, epoch)``, so a
-resumed run sees the same batches as an uninterrupted one.
+resumed run rebuilds it and goes on from the batch it had reached. Batches are planned with
+numpy over length arrays (millions of pairs in a fraction of a second, no Python object per
+pair); several corpora with weights are sampled anew each epoch (:func:`weighted_sample`).
 
 Shapes: B batch, S source length, T target length (+1 for BOS/EOS).
 """
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from attnmt.device import to_device
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -62,29 +68,92 @@ def make_batch(src_ids: list[list[int]], tgt_ids: list[list[int]], start_id: int
     )
 
 
-def _length_order(lengths: list[tuple[int, int]], rng: random.Random, shuffle: bool) -> list[int]:
-    """Example indices sorted by (target, source) length, ties broken at random when shuffling."""
-    keys = list(range(len(lengths)))
-    noise = [rng.random() for _ in keys] if shuffle else [0.0] * len(keys)
-    keys.sort(key=lambda i: (lengths[i][1], lengths[i][0], noise[i]))
-    return keys
+def batch_from_arrays(src_ids: list, tgt_ids: list, start_id: int = BOS_ID) -> Batch:
+    """:func:`make_batch` from id arrays (numpy, any integer dtype, e.g. memory-mapped shards):
+    the same tensors, built with numpy instead of per-token Python lists."""
+    def padded(rows: list, before: int | None, after: int | None) -> torch.Tensor:
+        extra = (before is not None) + (after is not None)
+        out = np.full((len(rows), max((len(r) for r in rows), default=0) + extra), PAD_ID, dtype=np.int64)
+        for i, r in enumerate(rows):
+            first = int(before is not None)
+            out[i, first: first + len(r)] = r
+            if before is not None:
+                out[i, 0] = before
+            if after is not None:
+                out[i, first + len(r)] = after
+        return torch.from_numpy(out)
+
+    return Batch(src=padded(src_ids, None, EOS_ID), tgt_in=padded(tgt_ids, start_id, None),
+                 tgt_out=padded(tgt_ids, None, EOS_ID))
+
+
+def _random_keys(rng: random.Random, n: int) -> np.ndarray:
+    """``n`` draws of ``rng.random()`` as the 53-bit integers ``random() * 2**53`` (same order),
+    leaving ``rng`` where ``n`` calls of ``random()`` would: CPython's ``random()`` is
+    ``(a >> 5) * 2**26 + (b >> 6)`` over two 32-bit outputs a, b, and ``randbytes(8 n)`` returns
+    those 2n outputs in order, little-endian."""
+    words = np.frombuffer(rng.randbytes(8 * n), dtype="<u4").astype(np.uint64)
+    return ((words[0::2] >> np.uint64(5)) << np.uint64(26)) | (words[1::2] >> np.uint64(6))
+
+
+def length_batches(src_len: np.ndarray, tgt_len: np.ndarray, batch_tokens: int | None = None,
+                   batch_sentences: int | None = None, seed: int | None = None, epoch: int = 0) -> list[np.ndarray]:
+    """Length-bucketed batches of example indices, with numpy (no Python object per example).
+
+    Examples are sorted by (target length, source length) with a random tie-break drawn from
+    ``random.Random(seed * 1_000_003 + epoch)``, cut into batches of ``batch_sentences``
+    examples or, else, within ``batch_tokens`` padded tokens (``len(batch) x`` the longest side;
+    an example longer than the budget gets a batch of its own), and the batches shuffled with
+    the same generator. ``seed`` None keeps the plain length order (for evaluation). The
+    batches equal those of the per-example Python version this replaced (the tie-break keys
+    are the same ``random()`` draws), so a corpus batches as it did before.
+
+    Args:
+        src_len, tgt_len: (N,) int lengths with specials (source + EOS, BOS + target).
+    Returns:
+        int64 arrays of example indices, one per batch.
+    """
+    rng = random.Random(None if seed is None else seed * 1_000_003 + epoch)
+    n = len(src_len)
+    noise = _random_keys(rng, n) if seed is not None else np.zeros(n, np.uint64)
+    order = np.lexsort((noise, src_len, tgt_len))  # stable, like Python's sort
+    if batch_sentences:
+        batches = [order[i: i + batch_sentences] for i in range(0, n, batch_sentences)]
+    else:
+        batches = _cut_by_tokens(order, np.maximum(src_len, tgt_len)[order], batch_tokens)
+    if seed is not None:
+        places = list(range(len(batches)))
+        rng.shuffle(places)  # the same swaps as shuffling the list of batches itself
+        batches = [batches[j] for j in places]
+    return batches
+
+
+def _cut_by_tokens(order: np.ndarray, longest: np.ndarray, budget: int) -> list[np.ndarray]:
+    """Cut ``order`` into maximal runs of k examples with ``k x max(longest of the run) <=
+    budget`` (at least one example each): ``k x`` the running maximum only grows with k, so
+    each run's length is a count over a window of at most ``budget // longest[start]``."""
+    batches, start, n = [], 0, len(order)
+    while start < n:
+        window = longest[start: start + max(1, budget // max(int(longest[start]), 1))]
+        fits = np.arange(1, len(window) + 1) * np.maximum.accumulate(window) <= budget
+        k = max(1, int(np.count_nonzero(fits)))
+        batches.append(order[start: start + k])
+        start += k
+    return batches
 
 
 def sentence_batches(lengths: list[tuple[int, int]], batch_sentences: int, seed: int | None = None,
                      epoch: int = 0) -> list[list[int]]:
     """Group example indices into batches of ``batch_sentences`` examples (the last may be
     smaller), length-bucketed and shuffled like :func:`token_batches` (same arguments)."""
-    rng = random.Random(None if seed is None else seed * 1_000_003 + epoch)
-    keys = _length_order(lengths, rng, seed is not None)
-    batches = [keys[i: i + batch_sentences] for i in range(0, len(keys), batch_sentences)]
-    if seed is not None:
-        rng.shuffle(batches)
-    return batches
+    src_len, tgt_len = _columns(lengths)
+    return [b.tolist() for b in length_batches(src_len, tgt_len, batch_sentences=batch_sentences, seed=seed,
+                                               epoch=epoch)]
 
 
 def token_batches(lengths: list[tuple[int, int]], batch_tokens: int, seed: int | None = None,
                   epoch: int = 0) -> list[list[int]]:
-    """Group example indices into batches within a padded-token budget.
+    """Group example indices into batches within a padded-token budget (:func:`length_batches`).
 
     Args:
         lengths: (source length, target length) of each example, specials included.
@@ -96,20 +165,43 @@ def token_batches(lengths: list[tuple[int, int]], batch_tokens: int, seed: int |
         tie-break, cut into batches, and the batches shuffled; an example longer than the budget
         gets a batch of its own.
     """
-    rng = random.Random(None if seed is None else seed * 1_000_003 + epoch)
-    keys = _length_order(lengths, rng, seed is not None)
-    batches: list[list[int]] = []
-    current: list[int] = []
-    longest = 0
-    for i in keys:
-        n = max(lengths[i])
-        if current and (len(current) + 1) * max(longest, n) > batch_tokens:
-            batches.append(current)
-            current, longest = [], 0
-        current.append(i)
-        longest = max(longest, n)
-    if current:
-        batches.append(current)
-    if seed is not None:
-        rng.shuffle(batches)
-    return batches
+    src_len, tgt_len = _columns(lengths)
+    return [b.tolist() for b in length_batches(src_len, tgt_len, batch_tokens=batch_tokens, seed=seed, epoch=epoch)]
+
+
+def _columns(lengths: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    table = np.asarray(lengths, dtype=np.int64).reshape(-1, 2)
+    return table[:, 0], table[:, 1]
+
+
+def weighted_sample(corpora: list[dict], seed: int, epoch: int) -> np.ndarray | None:
+    """The example indices of one epoch over corpora with weights (``data.train``): corpus c
+    (``start``, ``pairs``, ``weight`` w) gives ``floor(w)`` copies of each of its pairs plus
+    ``round(frac(w) x pairs)`` pairs drawn without replacement, anew each epoch (numpy's
+    generator seeded with ``(seed, epoch)``). None when every weight is 1: each pair once, the
+    plain corpus."""
+    if all(c["weight"] == 1 for c in corpora):
+        return None
+    rng = np.random.default_rng([seed, epoch])
+    parts = []
+    for c in corpora:
+        whole, extra = int(c["weight"]), round((c["weight"] - int(c["weight"])) * c["pairs"])
+        parts += [np.arange(c["start"], c["start"] + c["pairs"])] * whole
+        if extra:
+            parts.append(c["start"] + np.sort(rng.choice(c["pairs"], extra, replace=False)))
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def epoch_batches(src_len: np.ndarray, tgt_len: np.ndarray, corpora: list[dict], batch_tokens: int,
+                  batch_sentences: int | None, seed: int, epoch: int) -> list[np.ndarray]:
+    """The training batches (global example indices) of ``epoch``: the epoch's weighted sample
+    of the corpora (:func:`weighted_sample`) batched by :func:`length_batches`."""
+    sample = weighted_sample(corpora, seed, epoch) if corpora else None
+    if sample is None:
+        return length_batches(src_len, tgt_len, batch_tokens, batch_sentences, seed, epoch)
+    counts = np.bincount(np.searchsorted([c["start"] for c in corpora], sample, side="right") - 1,
+                         minlength=len(corpora))
+    log.info("epoch %d mix: %s", epoch + 1, ", ".join(f"{c['name']} {n} pairs (weight {c['weight']:g})"
+                                                     for c, n in zip(corpora, counts)))
+    batches = length_batches(src_len[sample], tgt_len[sample], batch_tokens, batch_sentences, seed, epoch)
+    return [sample[b] for b in batches]

@@ -11,14 +11,16 @@ Two graphs, exported with ``torch.onnx.export`` (the TorchScript-based exporter,
   ``self_value_l`` (B, H, t, Dh) (t = 0 at the first step) and the source keys and values
   ``src_key_l``, ``src_value_l`` (B, H, S, Dh). Outputs: ``log_probs`` (B, V) float32 (with the
   ``forbidden_ids`` at -inf) and the grown caches ``new_self_key_l``, ``new_self_value_l``
-  (B, H, t + 1, Dh).
+  (B, H, t + 1, Dh); with ``attention=True`` (the web export) also ``attention`` (B, L, S)
+  float32, each decoder layer's source attention of the new token averaged over heads.
 
 The graphs hold the same modules as the PyTorch model (they are traced from it), one row per
-hypothesis. :class:`OnnxTransformer` gives the two sessions the interface that
-``attnmt.search`` drives (``encode``, ``init_cache``, ``decode_step``, a cache with
-``reorder``), keeping the source side once per sentence and repeating it for the beams at each
-step. The export directory also receives config.yaml and the SentencePiece models (and
-vocab.json), so ``attnmt translate --engine onnxruntime --model ONNX_DIR`` needs nothing else.
+hypothesis. :class:`OnnxTransformer` gives the two sessions the interface that ``attnmt.search``
+drives (``encode``, ``init_cache``, ``decode_step``, a cache with ``reorder``), so that
+:class:`OnnxEngine` runs attnmt's own search over them, keeping the source side once per
+sentence and repeating it for the beams at each step. The export directory also receives
+config.yaml and the SentencePiece models (and vocab.json), so ``attnmt translate --engine
+onnxruntime --model ONNX_DIR`` needs nothing else.
 
 Shapes: B rows (sentences, or sentences x beams), S source length, t target positions so far,
 H heads, Dh head size, L decoder layers, V vocabulary.
@@ -39,11 +41,13 @@ from torch import nn
 from attnmt import rundir
 from attnmt.config import ModelConfig
 from attnmt.data.tokenizers import EOS_ID, PAD_ID
+from attnmt.decode.engine import CORE_OPTIONS, Hypothesis, SearchOptions, check_supported
 from attnmt.decode.translator import Translator
-from attnmt.errors import CheckpointError
+from attnmt.errors import CheckpointError, ConfigError
 from attnmt.interop.extras import require
 from attnmt.model.attention import KVCache, LayerCache, padding_mask
 from attnmt.model.transformer import Transformer, forbid
+from attnmt.search.batched import search_batch
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +76,13 @@ class EncoderGraph(nn.Module):
 
 
 class DecoderStepGraph(nn.Module):
-    """One incremental decoding step with explicit caches (module docstring)."""
+    """One incremental decoding step with explicit caches (module docstring); ``attention``
+    adds the head-averaged source attention (B, L, S) as the last output."""
 
-    def __init__(self, model: Transformer):
+    def __init__(self, model: Transformer, attention: bool = False):
         super().__init__()
         self.model = model
+        self.attention = attention
 
     def _position(self, position: torch.Tensor) -> torch.Tensor:
         positions = self.model.decoder.positions
@@ -91,16 +97,20 @@ class DecoderStepGraph(nn.Module):
         x = decoder.embedding(tokens) + self._position(position)  # (B, 1, D)
         mask = src_mask[:, None, None, :]  # (B, 1, 1, S)
         new_kv: list[torch.Tensor] = []
+        src_w: list[torch.Tensor] = []
         for i, layer in enumerate(decoder.layers):
             cache = LayerCache(KVCache(self_kv[2 * i], self_kv[2 * i + 1]),
                                KVCache(src_kv[2 * i], src_kv[2 * i + 1], static=True))
-            x, _, _ = layer(x, None, mask, cache)
+            x, _, w = layer(x, None, mask, cache, need_weights=self.attention)
             new_kv += [cache.self_attn.k, cache.self_attn.v]  # (B, H, t + 1, Dh)
+            if self.attention:
+                src_w.append(w[:, :, 0].mean(dim=1))  # (B, H, 1, S) -> (B, S)
         logits = decoder.output_projection(decoder.final_norm(x))[:, -1]  # (B, V)
-        return (forbid(torch.log_softmax(logits, dim=-1), self.model.config.forbidden_ids), *new_kv)
+        out = (forbid(torch.log_softmax(logits, dim=-1), self.model.config.forbidden_ids), *new_kv)
+        return (*out, torch.stack(src_w, dim=1)) if self.attention else out  # attention (B, L, S)
 
 
-def _export_graphs(model: Transformer, output: Path) -> None:
+def _export_graphs(model: Transformer, output: Path, attention: bool = False) -> None:
     cfg, vocab = model.config, model.decoder.output_projection.weight.size(0)
     layers, heads, head_dim = cfg.num_decoder_layers, cfg.num_heads, cfg.d_model // cfg.num_heads
     src = torch.randint(4, vocab, (2, 5))
@@ -117,14 +127,18 @@ def _export_graphs(model: Transformer, output: Path) -> None:
     axes = {"tokens": {0: "batch"}, "src_mask": {0: "batch", 1: "src_len"}, "log_probs": {0: "batch"},
             **{n: {0: "batch", 2: "past_len"} for n in self_names}, **{n: {0: "batch", 2: "src_len"} for n in src_names},
             **{n: {0: "batch", 2: "new_len"} for n in new_names}}
-    torch.onnx.export(DecoderStepGraph(model), inputs, str(output / DECODER_STEP),
+    if attention:
+        axes["attention"] = {0: "batch", 2: "src_len"}
+    torch.onnx.export(DecoderStepGraph(model, attention), inputs, str(output / DECODER_STEP),
                       input_names=["tokens", "position", "src_mask", *self_names, *src_names],
-                      output_names=["log_probs", *new_names], opset_version=OPSET, dynamo=False, dynamic_axes=axes)
+                      output_names=["log_probs", *new_names, *(["attention"] if attention else [])],
+                      opset_version=OPSET, dynamo=False, dynamic_axes=axes)
 
 
-def export_onnx(model_dir: str | Path, output: str | Path) -> Path:
+def export_onnx(model_dir: str | Path, output: str | Path, attention: bool = False) -> Path:
     """Write ``encoder.onnx`` and ``decoder_step.onnx`` (module docstring) and the files
-    translation needs into ``output``; both graphs pass ``onnx.checker``.
+    translation needs into ``output``; both graphs pass ``onnx.checker``. ``attention`` adds
+    the decoder step's ``attention`` output (for the web page's heatmap).
 
     Raises:
         CheckpointError: ``output`` exists and is not empty, or the model directory is incomplete.
@@ -138,12 +152,31 @@ def export_onnx(model_dir: str | Path, output: str | Path) -> Path:
     model.eval().set_fused_attention(encoder=False, decoder=False)
     output.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
-        _export_graphs(model, output)
+        _export_graphs(model, output, attention)
     for name in (ENCODER, DECODER_STEP):
         onnx.checker.check_model(str(output / name))
     rundir.copy_translation_files(model_dir, output)
     log.info("wrote ONNX graphs %s and %s to %s", ENCODER, DECODER_STEP, output)
     return output
+
+
+def _providers(ort, device: str) -> tuple[list, str]:
+    """ONNX Runtime's execution providers for an attnmt device name, and the device's name.
+    'auto' takes CUDA when this onnxruntime build has it. (The search's tensors stay on the
+    CPU; ONNX Runtime copies each step's inputs to the GPU.)
+
+    Raises:
+        ConfigError: CUDA asked for without CUDAExecutionProvider, or another device.
+    """
+    has_cuda = "CUDAExecutionProvider" in ort.get_available_providers()
+    if device == "cpu" or (device == "auto" and not has_cuda):
+        return ["CPUExecutionProvider"], "cpu"
+    if device == "auto" or device == "cuda" or device.startswith("cuda:"):
+        if not has_cuda:
+            raise ConfigError(f"device {device}: this onnxruntime has no CUDAExecutionProvider (pip install onnxruntime-gpu)")
+        index = int(device.partition(":")[2] or 0)
+        return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"], f"cuda:{index}"
+    raise ConfigError(f"the onnxruntime engine runs on cpu or cuda[:N], not {device}")
 
 
 @dataclass
@@ -176,7 +209,7 @@ class OnnxTransformer:
         threads: intra-op threads, 0 = ONNX Runtime's default.
     """
 
-    def __init__(self, export_dir: str | Path, config: ModelConfig, threads: int = 0):
+    def __init__(self, export_dir: str | Path, config: ModelConfig, threads: int = 0, device: str = "cpu"):
         ort = require("onnxruntime")
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
@@ -184,8 +217,8 @@ class OnnxTransformer:
         for path in paths:
             if not path.is_file():
                 raise CheckpointError(f"{path}: missing; export it with 'attnmt export onnx'")
-        self.encoder, self.decoder = (ort.InferenceSession(str(p), options, providers=["CPUExecutionProvider"])
-                                      for p in paths)
+        providers, self.device = _providers(ort, device)
+        self.encoder, self.decoder = (ort.InferenceSession(str(p), options, providers=providers) for p in paths)
         self.config, self.pad_id = config, PAD_ID
         self.num_layers, self.head_dim = config.num_decoder_layers, config.d_model // config.num_heads
         self._input_names = [i.name for i in self.decoder.get_inputs()]
@@ -215,19 +248,49 @@ class OnnxTransformer:
         feeds = [tokens.numpy(), np.array([cache.step], dtype=np.int64), mask.numpy()]
         feeds += [t.numpy() for t in cache.self_kv] + [t.numpy() for t in src_kv.unbind(1)]
         out = self.decoder.run(None, {name: np.ascontiguousarray(v) for name, v in zip(self._input_names, feeds)})
-        cache.self_kv = [torch.from_numpy(t) for t in out[1:]]
+        cache.self_kv = [torch.from_numpy(t) for t in out[1: 1 + 2 * self.num_layers]]  # (a web export adds attention)
         cache.step += 1
         return torch.from_numpy(out[0])
 
 
-class OnnxTranslator(Translator):
-    """:class:`attnmt.decode.translator.Translator` over an ONNX export: attnmt's tokenization,
-    batching, greedy and beam search, with the model computed by ONNX Runtime (fp32 only; no
-    attention weights)."""
+class OnnxEngine:
+    """An ``attnmt.decode.engine.Engine`` over an ONNX export: attnmt's own greedy and beam
+    search (``attnmt.search.batched.search_batch``) with the model computed by ONNX Runtime
+    (fp32; no attention weights), so its results are the native engine's up to float rounding.
 
-    def __init__(self, export_dir: str | Path, threads: int = 0):
+    Args:
+        export_dir: written by :func:`export_onnx`.
+        device: 'cpu', or 'cuda' / 'cuda:N' with onnxruntime-gpu (CUDAExecutionProvider).
+        threads: intra-op threads, 0 = ONNX Runtime's default.
+    Raises:
+        CheckpointError: a graph is missing. ConfigError: a device ONNX Runtime cannot use here.
+    """
+
+    name = "onnxruntime"
+    supports = CORE_OPTIONS
+    precision = "fp32"
+
+    def __init__(self, export_dir: str | Path, device: str = "cpu", threads: int = 0):
         self.config = rundir.read_config(export_dir)
         self.src_tokenizer, self.tgt_tokenizer = rundir.read_tokenizers(export_dir)
-        self.model = OnnxTransformer(export_dir, self.config.model, threads)
-        self.device = torch.device("cpu")  # the search's tensors; ONNX Runtime runs on the CPU here
-        self._precision = "fp32"
+        self.model = OnnxTransformer(export_dir, self.config.model, threads, device)
+
+    @property
+    def device(self) -> str:
+        return self.model.device
+
+    def translate(self, sources: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
+        """Search ``sources`` (ids ending with EOS) over the ONNX graphs (``Engine`` contract).
+
+        Raises:
+            UnsupportedOption: return_attention or constraints.
+        """
+        check_supported(self, options)
+        return search_batch(self.model, sources, options)
+
+
+def OnnxTranslator(export_dir: str | Path, threads: int = 0, device: str = "cpu") -> Translator:  # noqa: N802
+    """A :class:`attnmt.decode.translator.Translator` over an :class:`OnnxEngine` (the name
+    existing callers use)."""
+    engine = OnnxEngine(export_dir, device, threads)
+    return Translator(engine, engine.src_tokenizer, engine.tgt_tokenizer, engine.config)

@@ -1,8 +1,9 @@
 """The training loop (paper section 5) as a small :class:`Trainer`.
 
-``Trainer(config, run_dir).run()`` does the whole job. Setup reads the corpus, trains the
-SentencePiece model(s) (or reloads them on resume), encodes and filters the pairs and builds
-the model and Adam with the configured learning-rate schedule. Each update (:meth:`train_step`)
+``Trainer(config, run_dir).run()`` does the whole job. Setup opens the prepared corpus
+(``attnmt.train.data``: memory-mapped shards, prepared from text into ``RUN_DIR/data`` first
+when the configuration names text) and builds the model and Adam with the configured
+learning-rate schedule. Each update (:meth:`train_step`)
 takes ``accum_steps`` length-bucketed token batches, the label-smoothed loss with optional
 bfloat16 autocast, and clips the gradient norm. Every ``valid_every`` updates
 (:meth:`validate`) it computes validation loss, perplexity and greedy BLEU/chrF, keeps the best
@@ -53,18 +54,20 @@ from tqdm import tqdm
 
 from attnmt import rundir
 from attnmt.config import Config
-from attnmt.data.batching import Batch, make_batch, sentence_batches, token_batches
-from attnmt.data.corpus import EncodedCorpus, dataset_pair_files, encode_corpus, read_parallel
-from attnmt.data.tokenizers import EOS_ID, PAD_ID, Tokenizer, WordTokenizer
-from attnmt.data.vectors import read_vec, vec_words
+from attnmt.data.batching import Batch, batch_from_arrays, epoch_batches, make_batch, token_batches
+from attnmt.data.corpus import EncodedCorpus
+from attnmt.data.tokenizers import EOS_ID, PAD_ID, WordTokenizer
+from attnmt.data.vectors import read_vec
 from attnmt.device import configure, resolve_device
 from attnmt.errors import CheckpointError, ConfigError, DataError, TrainingError
 from attnmt.evaluate import corpus_scores
 from attnmt.memory import peak_rss_mib
 from attnmt.model.transformer import Transformer, count_parameters, load_pretrained_embeddings
 from attnmt.precision import autocast, grad_scaler, training_precision
-from attnmt.search.greedy import greedy_search
+from attnmt.search.batched import translate_ids
+from attnmt.search.options import SearchOptions
 from attnmt.train import distributed, finetune
+from attnmt.train.data import check_signature, open_training_data, signature, write_run_tokenizers
 from attnmt.train.checkpoint import (EPOCH_WEIGHTS, LAST_STATE, STEP_WEIGHTS, average_weights, load_state,
                                      save_state, step_checkpoints)
 from attnmt.train.losses import (chunked_label_smoothed_cross_entropy, label_smoothed_cross_entropy,
@@ -110,122 +113,6 @@ class Progress:
     finished: bool = False  # the final validation, averaging and the 'done' record are written
     log_bytes: int | None = None  # length of train_log.jsonl when the state was saved
     expected_steps: float = float("inf")  # updates the time budget is expected to hold (schedule time_budget)
-
-
-@dataclass
-class CorpusData:
-    """The encoded training and validation pairs and the tokenizers that made them."""
-
-    src_tok: Tokenizer
-    tgt_tok: Tokenizer
-    train: EncodedCorpus
-    valid: EncodedCorpus | None = None
-    valid_refs: list[str] = field(default_factory=list)  # raw target lines of the kept validation pairs
-
-
-def corpus_files(config: Config, split: str, data_dir: str | None) -> tuple[Path, Path] | None:
-    """(source, target) paths of ``split`` ('train' or 'valid'), or None if there is no such split."""
-    d = config.data
-    if d.dataset is not None:
-        name = d.train_split if split == "train" else d.valid_split
-        if name is None:
-            return None
-        return dataset_pair_files(d.dataset, d.pair, name, data_dir or d.data_dir)
-    if split == "train":
-        return Path(d.train_src), Path(d.train_tgt)
-    return (Path(d.valid_src), Path(d.valid_tgt)) if d.valid_src else None
-
-
-def prepare_corpus(config: Config, run_dir: Path, resume: bool, data_dir: str | None,
-                   ranks: distributed.Ranks = distributed.Ranks(), device: torch.device | None = None) -> CorpusData:
-    """Read the corpus, train the SentencePiece model(s) into ``run_dir`` (reload them on
-    resume), encode the pairs and drop those with an empty side or longer than ``data.max_len``.
-    Under several processes rank 0 alone trains or reloads the SentencePiece model(s) and sends
-    them to the others, so only rank 0's machine needs ``run_dir``; every machine needs the
-    corpus.
-
-    Raises:
-        DataError: unreadable or misaligned files. ConfigError: no usable training pair.
-    """
-    train_files, valid_files = corpus_files(config, "train", data_dir), corpus_files(config, "valid", data_dir)
-    log.info("reading %s and %s", *train_files)
-    train_src, train_tgt = read_parallel(*train_files)
-    if not any(s and t for s, t in zip(train_src, train_tgt)):
-        raise DataError(f"{train_files[0]} and {train_files[1]}: no training pair with both sides non-empty")
-    valid = read_parallel(*valid_files) if valid_files is not None else None  # before the long work
-    src_tok, tgt_tok = _shared_tokenizers(config, run_dir, resume, train_src, train_tgt, ranks, device)
-    train = encode_corpus(train_src, train_tgt, src_tok.encode_batch, tgt_tok.encode_batch, config.data.max_len)
-    log.info("training pairs: %d kept, %d dropped as empty, %d dropped as longer than %d subwords",
-             len(train.src), train.dropped_empty, train.dropped_long, config.data.max_len)
-    if not train.src:
-        raise ConfigError(f"{train_files[0]}: no usable training pairs")
-    data = CorpusData(src_tok, tgt_tok, train)
-    if valid is not None:
-        vs, vt = valid
-        if config.data.valid_max_sentences:
-            vs, vt = vs[: config.data.valid_max_sentences], vt[: config.data.valid_max_sentences]
-        data.valid = encode_corpus(vs, vt, src_tok.encode_batch, tgt_tok.encode_batch)
-        data.valid_refs = [t for s, t in zip(vs, vt) if s and t]
-    return data
-
-
-def _shared_tokenizers(config: Config, run_dir: Path, resume: bool, src_lines: list[str], tgt_lines: list[str],
-                       ranks: distributed.Ranks, device: torch.device | None) -> tuple[Tokenizer, Tokenizer]:
-    """Rank 0's tokenizers (trained, or reloaded on resume) on every rank.
-
-    Raises:
-        ConfigError: word-level vocabularies under several processes (not supported yet).
-    """
-    if config.train.init_from:  # fine-tuning: the starting model's tokenizers, on every rank
-        src_tok, tgt_tok = rundir.read_tokenizers(config.train.init_from)
-        if ranks.is_main and not resume:
-            rundir.copy_tokenizers(config.train.init_from, run_dir)  # byte for byte
-        return src_tok, tgt_tok
-    protos = None
-    if ranks.is_main:
-        if resume:
-            src_tok, tgt_tok = rundir.read_tokenizers(run_dir)
-        else:
-            src_tok, tgt_tok = _train_tokenizers(config, src_lines, tgt_lines)
-            rundir.write_tokenizers(run_dir, src_tok, tgt_tok)
-        if not ranks.distributed:
-            return src_tok, tgt_tok
-        if isinstance(src_tok, WordTokenizer) or isinstance(tgt_tok, WordTokenizer):
-            raise ConfigError("tokenizer.kind word is not supported under torchrun yet; train in one process")
-        protos = (src_tok.model_proto, None if tgt_tok is src_tok else tgt_tok.model_proto)
-    protos = distributed.broadcast(protos, device or torch.device("cpu"))
-    if ranks.is_main:
-        return src_tok, tgt_tok
-    src_tok = Tokenizer(protos[0])
-    return src_tok, src_tok if protos[1] is None else Tokenizer(protos[1])
-
-
-def _train_word_tokenizers(config: Config, src_lines: list[str], tgt_lines: list[str]
-                           ) -> tuple[WordTokenizer, WordTokenizer]:
-    """Word vocabularies of each side (tokenizer.kind word); with ``require_vectors`` only words
-    that have a vector in ``model.src_vectors`` / ``model.tgt_vectors``."""
-    tc, mc = config.tokenizer, config.model
-    options = dict(lowercase=tc.lowercase, min_freq=tc.min_freq, max_vocab=tc.max_vocab, token_filter=tc.token_filter)
-    src_lang, tgt_lang = config.languages()
-    src_allowed = vec_words(mc.src_vectors) if tc.require_vectors else None
-    tgt_allowed = vec_words(mc.tgt_vectors) if tc.require_vectors else None
-    log.info("building word vocabularies (%s, %s) with spaCy's rule-based tokenizer", src_lang, tgt_lang)
-    return (WordTokenizer.train(src_lines, src_lang, allowed=src_allowed, **options),
-            WordTokenizer.train(tgt_lines, tgt_lang, allowed=tgt_allowed, **options))
-
-
-def _train_tokenizers(config: Config, src_lines: list[str], tgt_lines: list[str]) -> tuple[Tokenizer, Tokenizer]:
-    tc = config.tokenizer
-    if tc.kind == "word":
-        return _train_word_tokenizers(config, src_lines, tgt_lines)
-    options = dict(vocab_size=tc.vocab_size, model_type=tc.model_type, character_coverage=tc.character_coverage,
-                   max_sentences=tc.max_sentences, seed=config.train.seed)
-    if tc.joint:
-        log.info("training a joint SentencePiece %s model (%d pieces)", tc.model_type, tc.vocab_size)
-        tok = Tokenizer.train(src_lines + tgt_lines, **options)
-        return tok, tok
-    log.info("training source and target SentencePiece %s models (%d pieces each)", tc.model_type, tc.vocab_size)
-    return Tokenizer.train(src_lines, **options), Tokenizer.train(tgt_lines, **options)
 
 
 class BatchLoss(torch.nn.Module):
@@ -276,12 +163,14 @@ class Trainer:
             of processes; ``attnmt.train.distributed`` says what is exact).
         data_dir: local dataset directory (overrides ``data.data_dir`` and ``ATTNMT_DATA``).
         progress: show a tqdm progress bar on a terminal (rank 0 only).
+        allow_data_change: resume even though the data, the corpus weights or the batching
+            settings differ from the checkpoint's (``attnmt.train.data``).
     Raises:
         ConfigError, DataError, CheckpointError: bad configuration, device, corpus or run directory.
     """
 
     def __init__(self, config: Config, run_dir: str | Path, resume: bool = False, data_dir: str | None = None,
-                 progress: bool = True):
+                 progress: bool = True, allow_data_change: bool = False):
         self.start_time = time.monotonic()
         if config.train.init_from:  # fine-tuning: the model (and tokenizer) sections of the starting model
             config = finetune.inherit_from(config, config.train.init_from)
@@ -297,10 +186,7 @@ class Trainer:
             torch.set_num_threads(tc.num_threads)
         self.precision = training_precision(tc.precision, self.device.type)
         torch.manual_seed(tc.seed)
-        self.data = prepare_corpus(config, self.run_dir, state is not None, data_dir, self.ranks, self.device)
-        if self.ranks.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)  # after the corpus: a data error leaves no directory
-            rundir.write_config(config, self.run_dir)
+        self._setup_data(state, data_dir, allow_data_change)
         self.model = Transformer(config.model, len(self.data.src_tok), len(self.data.tgt_tok), pad_id=PAD_ID)
         if state is None and tc.init_from:
             self._load_start_weights()
@@ -352,6 +238,21 @@ class Trainer:
         self.epoch_window = Window()  # loss and time of the epoch in progress
         self.last_valid: dict = {}  # the latest validation's result
         self.setup_seconds = 0.0  # wall clock before the first update of this process
+
+    def _setup_data(self, state: dict | None, data_dir: str | None, allow_change: bool) -> None:
+        """Open the run's prepared data (``attnmt.train.data``, preparing text into
+        ``RUN_DIR/data`` first if needed); a new run gets the configuration and tokenizers in its
+        directory, a resumed one has its data signature checked against the checkpoint's."""
+        self.data = open_training_data(self.config, self.run_dir, state is not None, data_dir, self.ranks,
+                                       self.device, allow_change, self.progress_bar)
+        self._epoch_batches: tuple[int, list] | None = None  # (epoch, its batches), built once per epoch
+        if state is not None:
+            check_signature(state.get("data"), signature(self.config, self.data), self.run_dir, allow_change)
+        if self.ranks.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)  # after the corpus: a data error leaves no directory
+            rundir.write_config(self.config, self.run_dir)
+            if state is None:
+                write_run_tokenizers(self.config, self.data, self.run_dir)
 
     def _load_start_weights(self) -> None:
         """Fine-tuning: load the starting model's weights (safetensors) and record where the run
@@ -564,15 +465,12 @@ class Trainer:
                 "valid_bleu": scores.get("bleu"), "valid_chrf": scores.get("chrf")}
 
     def _greedy_translations(self, data: EncodedCorpus, batch_size: int = 256) -> list[str]:
-        """Detokenized greedy translations of ``data.src``, in order (length-sorted batches)."""
-        dc, hyps = self.config.decode, [""] * len(data.src)
-        order = sorted(range(len(data.src)), key=lambda i: len(data.src[i]))
-        for start in range(0, len(order), batch_size):
-            chunk = order[start: start + batch_size]
-            batch = make_batch([data.src[i] for i in chunk], [[] for _ in chunk]).to(self.device)
-            for i, h in zip(chunk, greedy_search(self.model, batch.src, dc.max_len_a, dc.max_len_b)):
-                hyps[i] = self.data.tgt_tok.decode(h.tokens)
-        return hyps
+        """Detokenized greedy translations of ``data.src``, in order: the batch routine of
+        ``attnmt translate`` (``attnmt.search.batched.translate_ids``), with the decode config's
+        length limits and a beam of 1."""
+        options = SearchOptions.from_config(self.config.decode, beam_size=1, nbest=1)
+        hyps = translate_ids(self.model, [s + [EOS_ID] for s in data.src], options, batch_size, self.device)
+        return [self.data.tgt_tok.decode([t for t in h.tokens if t != EOS_ID]) for [h] in hyps]
 
     def validate(self) -> dict:
         """Evaluate, keep the weights if they are the best so far, keep a step checkpoint for
@@ -650,7 +548,8 @@ class Trainer:
                         log_bytes=self.metrics.size)
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(), "progress": progress,
-                 "torch_rng": torch.get_rng_state(), "world_size": self.ranks.world_size}
+                 "torch_rng": torch.get_rng_state(), "world_size": self.ranks.world_size,
+                 "data": signature(self.config, self.data)}
         if self.device.type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         save_state(state, self.run_dir / LAST_STATE)
@@ -671,13 +570,16 @@ class Trainer:
 
     # ---- the loop -----------------------------------------------------------------------------
 
-    def epoch_batches(self, epoch: int) -> list[list[int]]:
-        """The training batches of ``epoch`` (example indices): by ``batch_sentences`` when set,
-        else by ``batch_tokens``."""
-        tc, lengths = self.config.train, self.data.train.lengths()
-        if tc.batch_sentences:
-            return sentence_batches(lengths, tc.batch_sentences, seed=tc.seed, epoch=epoch)
-        return token_batches(lengths, tc.batch_tokens, seed=tc.seed, epoch=epoch)
+    def epoch_batches(self, epoch: int) -> list:
+        """The training batches of ``epoch`` (arrays of example indices; ``attnmt.data.batching.
+        epoch_batches``): the epoch's sample of the weighted corpora, by ``batch_sentences`` when
+        set, else by ``batch_tokens``. Built once per epoch, from the lengths alone."""
+        if self._epoch_batches is None or self._epoch_batches[0] != epoch:
+            tc, train = self.config.train, self.data.train
+            batches = epoch_batches(*train.batch_lengths(), train.corpora, tc.batch_tokens, tc.batch_sentences,
+                                    tc.seed, epoch)
+            self._epoch_batches = (epoch, batches)
+        return self._epoch_batches[1]
 
     def end_epoch(self) -> None:
         """After a full epoch: with ``validate_every_epoch``, validate and log an 'epoch' record
@@ -731,8 +633,7 @@ class Trainer:
         if len(group) < self.ranks.world_size:
             return None
         corpus, start = self.data.train, self.config.model.decoder_start_id
-        return [make_batch([corpus.src[i] for i in idx], [corpus.tgt[i] for i in idx], start)
-                for idx in distributed.share(group, self.ranks)]
+        return [batch_from_arrays(*corpus.pairs(idx), start) for idx in distributed.share(group, self.ranks)]
 
     def _run_epoch(self, batches: list[list[int]]) -> str | None:
         """Updates over the rest of one epoch's batches; returns a stop reason, or None at its end.
@@ -862,8 +763,8 @@ class Trainer:
 
 
 def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: str | None = None,
-          progress: bool = True) -> TrainResult:
-    """``Trainer(config, run_dir, resume, data_dir, progress).run()`` (see :class:`Trainer`),
+          progress: bool = True, allow_data_change: bool = False) -> TrainResult:
+    """``Trainer(config, run_dir, resume, data_dir, progress, allow_data_change).run()`` (see :class:`Trainer`),
     then leave the process group, if torchrun started this process.
 
     Raises:
@@ -872,7 +773,7 @@ def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: s
     if config.data is None:
         raise ConfigError("the configuration has no data section: nothing to train on")
     try:
-        return Trainer(config, run_dir, resume, data_dir, progress).run()
+        return Trainer(config, run_dir, resume, data_dir, progress, allow_data_change).run()
     finally:
         distributed.shutdown()
 

@@ -1,0 +1,608 @@
+"""Preparing a corpus once: stream the text, train the tokenizers on a sample, filter, encode
+in worker processes and write memory-mapped shards (``attnmt.data.shards``).
+
+``attnmt prepare CONFIG --output DATA_DIR`` and ``attnmt train`` (into ``RUN_DIR/data``, when
+the configuration names text files) both call :func:`prepare`. The steps:
+
+1. Every input file (plain or gzip) is checked and fingerprinted (SHA-256) before any long work.
+2. Unless ready-made tokenizers are given (a fine-tuned model's, a resumed run's), one pass over
+   the training text fills a seeded reservoir (Vitter's algorithm R) of at most
+   ``tokenizer.max_sentences`` non-empty lines per side, and the tokenizers are trained on it.
+   A corpus within that size is sampled whole and in order, so the tokenizers equal those
+   trained on all of it.
+3. A second pass reads the pairs in chunks, which ``workers`` processes encode (in order) and
+   filter; the main process removes duplicates and appends the kept pairs to the shards.
+   Neither pass holds more than a few chunks of text in memory.
+
+Filters, each counted in the manifest, applied in this order (a pair is counted once, by the
+first that drops it):
+
+- ``empty``: a side is empty after stripping whitespace (always on);
+- ``too_long``: a side has more than ``data.max_len`` subwords (always on);
+- ``length_ratio``: longer side / shorter side in subwords is not below
+  ``data.filter.max_length_ratio`` (opusfilter's ``LengthRatioFilter``, which accepts a pair
+  when that ratio is below its threshold, with an empty side giving an infinite ratio; counted
+  here in subwords rather than opusfilter's words or characters);
+- ``copies``: the source text equals the target text (``data.filter.copies``; opusfilter's
+  and Bicleaner's notion of an untranslated pair, exact match);
+- ``duplicate``: the exact (source, target) text of a pair kept before, compared by a 64-bit
+  BLAKE2b hash of the pair (``data.filter.dedup``; fairseq and Marian leave duplicates in by
+  default, and so does attnmt).
+
+The validation pairs (the first ``data.valid_max_sentences``, if set) are prepared too, with
+the ``empty`` and ``too_long`` filters only, so that a validation line too long for the model
+never reaches it.
+
+Library: multiprocessing (the worker pool), hashlib, numpy, tqdm, sentencepiece.
+"""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import hashlib
+import itertools
+import json
+import logging
+import multiprocessing
+import random
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from tqdm import tqdm
+
+from attnmt.config import Config
+from attnmt.data import shards
+from attnmt.data.corpus import MAX_LINE_CHARS, dataset_pair_files
+from attnmt.data.tokenizers import Tokenizer, VocabTokenizer, WordTokenizer
+from attnmt.data.vectors import vec_words
+from attnmt.errors import ConfigError, DataError, WriteError
+
+log = logging.getLogger(__name__)
+
+CHUNK_PAIRS = 4000  # pairs per worker task
+FILTERS = ("empty", "too_long", "length_ratio", "copies", "duplicate")
+_EMPTY, _TOO_LONG, _RATIO, _COPIES = 1, 2, 3, 4  # codes of the per-chunk filters (0: kept)
+
+
+# ---- reading -------------------------------------------------------------------------------------
+
+def iter_lines(path: str | Path, warn: bool = True) -> Iterator[str]:
+    """Lines of a UTF-8 text file (plain, or gzip by its magic bytes), one at a time, split at
+    ``\\n`` only, without the line break and surrounding whitespace; a line longer than
+    ``MAX_LINE_CHARS`` characters is cut, with a warning unless ``warn`` is false (as
+    ``attnmt.data.corpus.decode_lines``).
+
+    Raises:
+        DataError: missing or unreadable file, corrupt gzip data, invalid UTF-8 (``file:line``).
+    """
+    path = Path(path)
+    try:
+        raw = open(path, "rb")
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except OSError as e:
+        raise DataError(f"{path}: cannot read: {e.strerror}") from None
+    number = 0
+    try:
+        with raw:
+            stream = gzip.GzipFile(fileobj=raw) if raw.peek(2)[:2] == b"\x1f\x8b" else raw
+            for number, line in enumerate(stream, start=1):
+                yield _decode(line, path, number, warn)
+    except (OSError, EOFError, zlib.error) as e:
+        raise DataError(f"{path}:{number + 1}: corrupt gzip file: {e}") from None
+
+
+def _decode(line: bytes, path: Path, number: int, warn: bool) -> str:
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}:{number}: invalid UTF-8 at byte {e.start} of the line") from None
+    text = text.removesuffix("\n").rstrip("\r")
+    if len(text) > MAX_LINE_CHARS:
+        if warn:
+            log.warning("%s:%d: line of %d characters cut to %d", path, number, len(text), MAX_LINE_CHARS)
+        text = text[:MAX_LINE_CHARS]
+    return text.strip()
+
+
+def iter_pairs(src_path: str | Path, tgt_path: str | Path, warn: bool = True) -> Iterator[tuple[str, str]]:
+    """(source, target) lines of two line-aligned files, streamed (``warn``: see :func:`iter_lines`).
+
+    Raises:
+        DataError: see :func:`iter_lines`; or different line counts (both given).
+    """
+    src, tgt = iter_lines(src_path, warn), iter_lines(tgt_path, warn)
+    n = 0
+    for n, pair in enumerate(itertools.zip_longest(src, tgt), start=1):
+        if pair[0] is None or pair[1] is None:
+            n_src = n - 1 + (pair[0] is not None) + sum(1 for _ in src)
+            n_tgt = n - 1 + (pair[1] is not None) + sum(1 for _ in tgt)
+            raise DataError(f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}: parallel files must be "
+                            "line-aligned")
+        yield pair
+
+
+class Reservoir:
+    """A uniform random sample of at most ``capacity`` items of a stream of unknown length, in
+    one pass (Vitter's algorithm R). With no more items than ``capacity`` it holds them all, in
+    order."""
+
+    def __init__(self, capacity: int, rng: random.Random):
+        self.capacity, self.rng, self.seen, self.items = capacity, rng, 0, []
+
+    def add(self, item) -> None:
+        self.seen += 1
+        if len(self.items) < self.capacity:
+            self.items.append(item)
+        else:
+            j = self.rng.randrange(self.seen)
+            if j < self.capacity:
+                self.items[j] = item
+
+
+# ---- what to read --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Corpus:
+    """One training corpus: its files and weight (``data.train``)."""
+
+    name: str
+    src: Path
+    tgt: Path
+    weight: float = 1.0
+
+
+def training_corpora(config: Config, data_dir: str | None = None) -> list[Corpus]:
+    """The training corpora a configuration names: the dataset's train split, the single
+    ``train_src``/``train_tgt`` pair, or the entries of ``data.train``.
+
+    Raises:
+        ConfigError: the configuration has a prepared directory instead (no text to read).
+        DataError: see ``attnmt.data.corpus.dataset_pair_files``.
+    """
+    d = config.data
+    if d.prepared is not None:
+        raise ConfigError(f"data.prepared is set ({d.prepared}): this configuration names no text files")
+    if d.dataset is not None:
+        return [Corpus(f"{d.dataset}.{d.train_split}", *dataset_pair_files(d.dataset, d.pair, d.train_split,
+                                                                           data_dir or d.data_dir))]
+    if d.train is not None:
+        return [Corpus(f"train[{i}]", Path(e.src), Path(e.tgt), e.weight) for i, e in enumerate(d.train)]
+    return [Corpus("train", Path(d.train_src), Path(d.train_tgt))]
+
+
+def validation_files(config: Config, data_dir: str | None = None) -> tuple[Path, Path] | None:
+    """(source, target) of the validation split, or None if the configuration has none."""
+    d = config.data
+    if d.dataset is not None:
+        return None if d.valid_split is None else dataset_pair_files(d.dataset, d.pair, d.valid_split,
+                                                                     data_dir or d.data_dir)
+    return (Path(d.valid_src), Path(d.valid_tgt)) if d.valid_src else None
+
+
+def _check_readable(paths: list[Path]) -> None:
+    for path in paths:
+        try:
+            with open(path, "rb"):
+                pass
+        except FileNotFoundError:
+            raise DataError(f"{path}: no such file") from None
+        except OSError as e:
+            raise DataError(f"{path}: cannot read: {e.strerror}") from None
+
+
+def file_record(path: Path) -> dict:
+    """Path, size, modification time and SHA-256 of an input file (the manifest's fingerprint)."""
+    stat = path.stat()
+    return {"path": str(path), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": shards.sha256_file(path)}
+
+
+# ---- tokenizers ----------------------------------------------------------------------------------
+
+def sample_lines(corpora: list[Corpus], capacity: int, seed: int) -> tuple[list[str], list[str]]:
+    """Seeded reservoir samples (:class:`Reservoir`) of at most ``capacity`` non-empty source and
+    target lines of all the corpora, in one pass.
+
+    Raises:
+        DataError: see :func:`iter_pairs`; or no pair has both sides non-empty.
+    """
+    src, tgt = Reservoir(capacity, random.Random(seed)), Reservoir(capacity, random.Random(seed + 1))
+    usable = False
+    for corpus in corpora:
+        for s, t in iter_pairs(corpus.src, corpus.tgt, warn=False):  # the encoding pass warns
+            if s:
+                src.add(s)
+            if t:
+                tgt.add(t)
+            usable = usable or bool(s and t)
+    if not usable:
+        _no_pair(corpora)
+    if src.seen > capacity or tgt.seen > capacity:
+        log.info("tokenizer sample: %d of %d source and %d of %d target lines", len(src.items), src.seen,
+                 len(tgt.items), tgt.seen)
+    return src.items, tgt.items
+
+
+def train_tokenizers(config: Config, src_lines: list[str], tgt_lines: list[str]
+                     ) -> tuple[Tokenizer | WordTokenizer, Tokenizer | WordTokenizer]:
+    """SentencePiece model(s), or word vocabularies (``tokenizer.kind word``), trained on the
+    given lines; a joint model is one object for both sides.
+
+    Raises:
+        DataError: no non-empty line, or SentencePiece cannot train on the text.
+    """
+    tc = config.tokenizer
+    if tc.kind == "word":
+        return _train_word_tokenizers(config, src_lines, tgt_lines)
+    options = dict(vocab_size=tc.vocab_size, model_type=tc.model_type, character_coverage=tc.character_coverage,
+                   max_sentences=tc.max_sentences, seed=config.train.seed)
+    if tc.joint:
+        log.info("training a joint SentencePiece %s model (%d pieces)", tc.model_type, tc.vocab_size)
+        tok = Tokenizer.train(src_lines + tgt_lines, **options)
+        return tok, tok
+    log.info("training source and target SentencePiece %s models (%d pieces each)", tc.model_type, tc.vocab_size)
+    return Tokenizer.train(src_lines, **options), Tokenizer.train(tgt_lines, **options)
+
+
+def _train_word_tokenizers(config: Config, src_lines: list[str], tgt_lines: list[str]
+                           ) -> tuple[WordTokenizer, WordTokenizer]:
+    """Word vocabularies of each side (tokenizer.kind word); with ``require_vectors`` only words
+    that have a vector in ``model.src_vectors`` / ``model.tgt_vectors``."""
+    tc, mc = config.tokenizer, config.model
+    options = dict(lowercase=tc.lowercase, min_freq=tc.min_freq, max_vocab=tc.max_vocab, token_filter=tc.token_filter)
+    src_lang, tgt_lang = config.languages()
+    src_allowed = vec_words(mc.src_vectors) if tc.require_vectors else None
+    tgt_allowed = vec_words(mc.tgt_vectors) if tc.require_vectors else None
+    log.info("building word vocabularies (%s, %s) with spaCy's rule-based tokenizer", src_lang, tgt_lang)
+    return (WordTokenizer.train(src_lines, src_lang, allowed=src_allowed, **options),
+            WordTokenizer.train(tgt_lines, tgt_lang, allowed=tgt_allowed, **options))
+
+
+def save_tokenizers(directory: Path, src, tgt) -> dict[str, str]:
+    """Write the tokenizers in a model directory's layout (``attnmt.rundir.read_tokenizers``
+    reads them): ``spm.model`` for a joint model, else ``src.`` and ``tgt.`` files, plus
+    ``vocab.json`` for a MarianMT vocabulary. Returns each file's SHA-256.
+
+    Raises:
+        WriteError: a file cannot be written (named).
+    """
+    writes = [(src.FILE, src)] if src is tgt and not isinstance(src, VocabTokenizer) else [
+        (f"src.{src.FILE}", src), (f"tgt.{tgt.FILE}", tgt)]
+    for name, tok in writes:
+        try:
+            tok.save(directory / name)
+            if isinstance(tok, VocabTokenizer) and name.startswith("src."):
+                (directory / "vocab.json").write_text(json.dumps(tok.vocab, ensure_ascii=False), encoding="utf-8")
+        except OSError as e:
+            raise WriteError(f"{directory / name}: cannot write: {e.strerror}") from None
+    names = ("spm.model", "src.spm.model", "tgt.spm.model", "vocab.json", "src.vocab.json", "tgt.vocab.json")
+    return {n: shards.sha256_file(directory / n) for n in names if (directory / n).is_file()}
+
+
+# ---- encoding and filtering ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Filters:
+    """The filter settings of one split (module docstring)."""
+
+    max_len: int
+    max_length_ratio: float | None = None
+    copies: bool = False
+    dedup: bool = False
+
+
+@dataclass
+class Chunk:
+    """What a worker returns for a chunk of pairs: the kept pairs' ids and lengths, why the
+    others were dropped, and (with dedup) each kept pair's 64-bit hash."""
+
+    src: np.ndarray
+    src_len: np.ndarray
+    tgt: np.ndarray
+    tgt_len: np.ndarray
+    kept: np.ndarray  # positions in the chunk of the kept pairs
+    dropped: np.ndarray  # counts per filter code (index 0 unused)
+    hashes: np.ndarray | None = None
+
+
+def pair_hash(src: str, tgt: str) -> int:
+    """64-bit BLAKE2b hash of a pair's exact text (the side boundary is part of the hashed text)."""
+    data = f"{len(src)}:{src}{tgt}".encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+def encode_chunk(src_lines: list[str], tgt_lines: list[str], src_tok, tgt_tok, filters: Filters,
+                 dtype: np.dtype) -> Chunk:
+    """Encode and filter one chunk of pairs (every filter but ``duplicate``, which needs all
+    chunks: the caller applies it to :attr:`Chunk.hashes`)."""
+    nonempty = np.array([i for i, (s, t) in enumerate(zip(src_lines, tgt_lines)) if s and t], dtype=np.int64)
+    src_ids = src_tok.encode_batch([src_lines[i] for i in nonempty])
+    tgt_ids = tgt_tok.encode_batch([tgt_lines[i] for i in nonempty])
+    src_len = np.fromiter(map(len, src_ids), np.int64, len(nonempty))
+    tgt_len = np.fromiter(map(len, tgt_ids), np.int64, len(nonempty))
+    reason = np.zeros(len(nonempty), np.int8)
+    reason[(src_len > filters.max_len) | (tgt_len > filters.max_len)] = _TOO_LONG
+    if filters.max_length_ratio is not None:
+        with np.errstate(divide="ignore"):
+            ratio = np.maximum(src_len, tgt_len) / np.minimum(src_len, tgt_len)
+        reason[(reason == 0) & ~(ratio < filters.max_length_ratio)] = _RATIO
+    if filters.copies:
+        same = np.fromiter((src_lines[i] == tgt_lines[i] for i in nonempty), bool, len(nonempty))
+        reason[(reason == 0) & same] = _COPIES
+    keep = reason == 0
+    dropped = np.bincount(reason, minlength=5)
+    dropped[0], dropped[_EMPTY] = 0, len(src_lines) - len(nonempty)
+    kept = nonempty[keep]
+    hashes = np.array([pair_hash(src_lines[i], tgt_lines[i]) for i in kept], np.uint64) if filters.dedup else None
+    return Chunk(_flat(src_ids, keep, src_len, dtype), src_len[keep], _flat(tgt_ids, keep, tgt_len, dtype),
+                 tgt_len[keep], kept, dropped, hashes)
+
+
+def _flat(ids: list[list[int]], keep: np.ndarray, lengths: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    kept = itertools.compress(ids, keep)
+    return np.fromiter(itertools.chain.from_iterable(kept), dtype, int(lengths[keep].sum()))
+
+
+class HashSet64:
+    """A set of 64-bit hashes as sorted numpy runs merged like a log-structured merge tree:
+    8 bytes per hash, no Python object per entry."""
+
+    def __init__(self) -> None:
+        self.runs: list[np.ndarray] = []
+
+    def add_new(self, hashes: np.ndarray) -> np.ndarray:
+        """Add ``hashes``; returns a boolean mask of those not seen before (in earlier calls or
+        earlier in this one)."""
+        new = np.zeros(len(hashes), bool)
+        new[np.unique(hashes, return_index=True)[1]] = True
+        for run in self.runs:
+            pos = np.minimum(np.searchsorted(run, hashes), len(run) - 1)
+            new &= run[pos] != hashes
+        if new.any():
+            self.runs.append(np.sort(hashes[new]))
+        while len(self.runs) > 1 and len(self.runs[-2]) <= 2 * len(self.runs[-1]):
+            last = self.runs.pop()
+            self.runs[-1] = np.sort(np.concatenate([self.runs[-1], last]))
+        return new
+
+
+# Worker processes: the tokenizers and settings are set once per process by the pool's initializer.
+_WORKER: dict = {}
+
+
+def _recipe(tok):
+    """A picklable description of a tokenizer (SentencePiece processors do not pickle)."""
+    if isinstance(tok, VocabTokenizer):
+        return ("vocab", tok.model_proto, tok.vocab)
+    if isinstance(tok, Tokenizer):
+        return ("spm", tok.model_proto)
+    return ("word", tok)
+
+
+def _rebuild(recipe):
+    kind = recipe[0]
+    return VocabTokenizer(*recipe[1:]) if kind == "vocab" else Tokenizer(recipe[1]) if kind == "spm" else recipe[1]
+
+
+def _init_worker(src_recipe, tgt_recipe, joint: bool, filters: Filters, dtype: str) -> None:
+    src = _rebuild(src_recipe)
+    _WORKER.update(src=src, tgt=src if joint else _rebuild(tgt_recipe), filters=filters, dtype=np.dtype(dtype))
+
+
+def _worker_chunk(lines: tuple[list[str], list[str]]) -> Chunk:
+    w = _WORKER
+    return encode_chunk(lines[0], lines[1], w["src"], w["tgt"], w["filters"], w["dtype"])
+
+
+def _chunks(pairs: Iterator[tuple[str, str]], size: int) -> Iterator[tuple[list[str], list[str]]]:
+    while True:
+        block = list(itertools.islice(pairs, size))
+        if not block:
+            return
+        yield [s for s, _ in block], [t for _, t in block]
+
+
+def encode_stream(chunks: Iterator[tuple[list[str], list[str]]], src_tok, tgt_tok, filters: Filters,
+                  dtype: np.dtype, workers: int = 1) -> Iterator[tuple[Chunk, tuple[list[str], list[str]]]]:
+    """Encode chunks of pairs in order, in ``workers`` processes (1: in this process); yields
+    each :class:`Chunk` with its input. At most ``2 x workers`` chunks are in flight, so memory
+    stays bounded however long the stream (``Pool.imap`` would read the whole input ahead)."""
+    if workers <= 1:
+        for lines in chunks:
+            yield encode_chunk(lines[0], lines[1], src_tok, tgt_tok, filters, dtype), lines
+        return
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    initargs = (_recipe(src_tok), _recipe(tgt_tok), src_tok is tgt_tok, filters, dtype.str)
+    with context.Pool(workers, initializer=_init_worker, initargs=initargs) as pool:
+        pending: collections.deque = collections.deque()
+        for lines in chunks:
+            pending.append((pool.apply_async(_worker_chunk, (lines,)), lines))
+            if len(pending) >= 2 * workers:
+                job, done = pending.popleft()
+                yield job.get(), done
+        while pending:
+            job, done = pending.popleft()
+            yield job.get(), done
+
+
+# ---- the whole preparation -----------------------------------------------------------------------
+
+@dataclass
+class SplitStats:
+    """Counts of one split (or corpus) while it is written."""
+
+    lines: int = 0
+    pairs: int = 0
+    dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FILTERS, 0))
+
+    def add(self, chunk: Chunk, lines: int, duplicates: int) -> None:
+        self.lines += lines
+        self.pairs += len(chunk.src_len)  # the duplicates are gone already
+        for code, name in enumerate(FILTERS[:4], start=1):
+            self.dropped[name] += int(chunk.dropped[code])
+        self.dropped["duplicate"] += duplicates
+
+
+def _drop_duplicates(chunk: Chunk, seen: HashSet64) -> int:
+    """Remove the pairs of ``chunk`` whose hash was seen; returns how many."""
+    new = seen.add_new(chunk.hashes)
+    if new.all():
+        return 0
+    chunk.src = chunk.src[np.repeat(new, chunk.src_len)]
+    chunk.tgt = chunk.tgt[np.repeat(new, chunk.tgt_len)]
+    chunk.src_len, chunk.tgt_len, chunk.kept = chunk.src_len[new], chunk.tgt_len[new], chunk.kept[new]
+    return int((~new).sum())
+
+
+def _write_training_split(staging: Path, corpora: list[Corpus], tokenizers, filters: Filters, dtype: np.dtype,
+                          workers: int, shard_pairs: int, progress: bool) -> tuple[list[dict], list[dict], SplitStats]:
+    writer, total, seen = shards.ShardWriter(staging, "train", dtype, shard_pairs), SplitStats(), HashSet64()
+    entries = []
+    bar = tqdm(unit=" pairs", unit_scale=True, dynamic_ncols=True, desc="prepare", disable=None if progress else True)
+    with bar:
+        for corpus in corpora:
+            stats, start = SplitStats(), total.pairs
+            chunks = _chunks(iter_pairs(corpus.src, corpus.tgt), CHUNK_PAIRS)
+            for chunk, lines in encode_stream(chunks, *tokenizers, filters, dtype, workers):
+                duplicates = _drop_duplicates(chunk, seen) if filters.dedup else 0
+                writer.add(chunk.src, chunk.src_len, chunk.tgt, chunk.tgt_len)
+                stats.add(chunk, len(lines[0]), duplicates)
+                total.add(chunk, len(lines[0]), duplicates)
+                bar.update(len(lines[0]))
+            entries.append({"name": corpus.name, "weight": corpus.weight, "start": start, "lines": stats.lines,
+                            "pairs": stats.pairs, "dropped": stats.dropped, "src": file_record(corpus.src),
+                            "tgt": file_record(corpus.tgt)})
+            log.info("%s: %d of %d pairs kept; dropped %s", corpus.name, stats.pairs, stats.lines,
+                     ", ".join(f"{n} {k}" for k, n in stats.dropped.items() if n) or "none")
+    return writer.close(), entries, total
+
+
+def _write_validation_split(staging: Path, files: tuple[Path, Path], tokenizers, max_len: int, limit: int | None,
+                            dtype: np.dtype) -> dict:
+    writer, stats, refs = shards.ShardWriter(staging, "valid", dtype), SplitStats(), []
+    pairs = itertools.islice(iter_pairs(*files), limit)
+    for chunk, lines in encode_stream(_chunks(pairs, CHUNK_PAIRS), *tokenizers, Filters(max_len), dtype):
+        writer.add(chunk.src, chunk.src_len, chunk.tgt, chunk.tgt_len)
+        stats.add(chunk, len(lines[0]), 0)
+        refs.extend(lines[1][i] for i in chunk.kept)
+    (staging / shards.VALID_REFS).write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    if stats.dropped["too_long"]:
+        log.warning("validation: %d pairs longer than %d subwords left out", stats.dropped["too_long"], max_len)
+    return {"shards": writer.close(), "lines": stats.lines, "pairs": stats.pairs, "dropped": stats.dropped,
+            "src": file_record(files[0]), "tgt": file_record(files[1])}
+
+
+def fingerprint(manifest: dict) -> str:
+    """SHA-256 of what determines the prepared pairs: the input files' contents, the filter
+    settings, the tokenizer files and the token dtype (not the corpus weights, a sampling
+    setting)."""
+    inputs = [(c["src"]["sha256"], c["tgt"]["sha256"]) for c in manifest["train"]["corpora"]]
+    valid = manifest.get("valid")
+    key = {"inputs": inputs, "valid": valid and (valid["src"]["sha256"], valid["tgt"]["sha256"]),
+           "filters": manifest["filters"], "tokenizers": manifest["tokenizers"], "dtype": manifest["token_dtype"]}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def prepare(config: Config, output: str | Path, tokenizers: tuple | None = None, workers: int = 1,
+            data_dir: str | None = None, shard_pairs: int = shards.SHARD_PAIRS, progress: bool = False,
+            replace: bool = False, dtype: np.dtype | None = None) -> dict:
+    """Prepare the training (and validation) corpora of ``config`` into ``output`` (module
+    docstring); the directory appears complete or not at all.
+
+    Args:
+        tokenizers: (source, target) tokenizers to use instead of training new ones (the same
+            object twice for a joint model): a fine-tuned model's or a resumed run's.
+        workers: encoding processes (1: encode in this process).
+        data_dir: local dataset directory (for ``data.dataset``).
+        shard_pairs: pairs per shard at most.
+        replace: replace an existing ``output``.
+        dtype: token dtype; default :func:`attnmt.data.shards.token_dtype` of the vocabulary.
+    Returns:
+        The manifest (also ``output/manifest.json``).
+    Raises:
+        DataError: unreadable or misaligned files, no pair with both sides non-empty.
+        ConfigError: no training pair left after filtering. WriteError: ``output`` exists or
+            cannot be written.
+    """
+    t0, d = time.monotonic(), config.data
+    corpora, valid_files = training_corpora(config, data_dir), validation_files(config, data_dir)
+    _check_readable([p for c in corpora for p in (c.src, c.tgt)] + list(valid_files or ()))
+    if tokenizers is None:
+        tokenizers = train_tokenizers(config, *sample_lines(corpora, config.tokenizer.max_sentences,
+                                                            config.train.seed))
+    dtype = np.dtype(dtype or shards.token_dtype(max(len(tokenizers[0]), len(tokenizers[1]))))
+    filters = Filters(d.max_len, d.filter.max_length_ratio, d.filter.copies, d.filter.dedup)
+    with shards.staging_dir(output, replace) as staging:
+        hashes = save_tokenizers(staging, *tokenizers)
+        shard_list, entries, total = _write_training_split(staging, corpora, tokenizers, filters, dtype, workers,
+                                                           shard_pairs, progress)
+        _check_kept(corpora, total)
+        manifest = {"format": shards.FORMAT, "token_dtype": dtype.name, "tokenizers": hashes,
+                    "filters": {"max_len": d.max_len, **d.filter.model_dump(mode="json"),
+                                "valid_max_sentences": d.valid_max_sentences},
+                    "config": {"data": d.model_dump(mode="json"), "tokenizer": config.tokenizer.model_dump(mode="json")},
+                    "train": {"lines": total.lines, "pairs": total.pairs, "dropped": total.dropped,
+                              "shards": shard_list, "corpora": entries},
+                    "valid": valid_files and _write_validation_split(staging, valid_files, tokenizers, d.max_len,
+                                                                     d.valid_max_sentences, dtype)}
+        manifest["fingerprint"] = fingerprint(manifest)
+        manifest["seconds"] = round(time.monotonic() - t0, 3)
+        shards.write_manifest(staging, manifest)
+    log.info("prepared %d of %d pairs (dropped: %s) in %.1f s, %.0f pairs/s, into %s", total.pairs, total.lines,
+             ", ".join(f"{n} {k}" for k, n in total.dropped.items() if n) or "none", manifest["seconds"],
+             total.lines / max(manifest["seconds"], 1e-9), output)
+    return manifest
+
+
+def _check_kept(corpora: list[Corpus], total: SplitStats) -> None:
+    if total.dropped["empty"] == total.lines:
+        _no_pair(corpora)
+    if total.pairs == 0:
+        raise ConfigError(f"{corpora[0].src}: no usable training pairs (dropped: {total.dropped})")
+
+
+def _no_pair(corpora: list[Corpus]) -> None:
+    names = " and ".join(f"{c.src} and {c.tgt}" for c in corpora)
+    raise DataError(f"{names}: no training pair with both sides non-empty")
+
+
+def changed_inputs(config: Config, manifest: dict, data_dir: str | None = None) -> str | None:
+    """What differs between the text a configuration names (files, filter settings, weights)
+    and what a prepared directory was made from, in a few words; None if nothing. File contents
+    are compared by size and modification time, and by SHA-256 where those differ."""
+    corpora = training_corpora(config, data_dir)
+    prepared = manifest["train"]["corpora"]
+    if len(corpora) != len(prepared):
+        return f"{len(prepared)} training corpora then, {len(corpora)} now"
+    d = config.data
+    filters = {"max_len": d.max_len, **d.filter.model_dump(mode="json"), "valid_max_sentences": d.valid_max_sentences}
+    for key, value in filters.items():
+        if manifest["filters"].get(key) != value:
+            return f"data.{'filter.' * (key in d.filter.model_fields)}{key} {manifest['filters'].get(key)} -> {value}"
+    for corpus, entry in zip(corpora, prepared):
+        if corpus.weight != entry["weight"]:
+            return f"{corpus.name} weight {entry['weight']} -> {corpus.weight}"
+        for path, record in ((corpus.src, entry["src"]), (corpus.tgt, entry["tgt"])):
+            if _file_changed(path, record):
+                return f"{path}: content differs from the prepared {record['path']}"
+    valid = validation_files(config, data_dir)
+    if (valid is None) != (manifest.get("valid") is None) or (
+            valid and any(_file_changed(p, manifest["valid"][side]) for p, side in zip(valid, ("src", "tgt")))):
+        return "the validation files differ"
+    return None
+
+
+def _file_changed(path: Path, record: dict) -> bool:
+    try:
+        stat = path.stat()
+    except OSError:
+        return True
+    if stat.st_size == record["bytes"] and stat.st_mtime_ns == record["mtime_ns"]:
+        return False
+    return stat.st_size != record["bytes"] or shards.sha256_file(path) != record["sha256"]

@@ -1,0 +1,168 @@
+"""Export a model directory as a static web page that translates in the browser, offline.
+
+``attnmt export web --model MODEL_DIR --output SITE_DIR [--quantization int8]`` writes::
+
+    SITE_DIR/index.html                   the page (text box, translate button, heatmap)
+    SITE_DIR/attnmt.js                    its module: search, tokenization, ONNX Runtime Web's API
+    SITE_DIR/ort-wasm-simd-threaded.mjs   ONNX Runtime Web's WebAssembly backend (SIMD, threads)
+    SITE_DIR/ort-wasm-simd-threaded.wasm
+    SITE_DIR/model/config.json            special ids, decoder start id, forbidden ids, length
+                                          limits, length penalty, beam size, graph and tokenizer files
+    SITE_DIR/model/encoder.onnx           the graphs of :mod:`attnmt.interop.onnx`, the decoder step
+    SITE_DIR/model/decoder_step.onnx      with its ``attention`` output (int8: dynamically quantized)
+    SITE_DIR/model/*.spm.model, spm.model the SentencePiece model(s)
+    SITE_DIR/model/*pieces.json, vocab.json  the piece of every id (MarianMT: its shared vocabulary)
+
+Any static file server serves it (``python -m http.server``). The page runs ONNX Runtime Web's
+WebAssembly backend with SIMD, on several threads where the page is cross-origin isolated
+(served with ``Cross-Origin-Opener-Policy: same-origin`` and ``Cross-Origin-Embedder-Policy:
+require-corp``), on one thread otherwise; it fetches nothing from another origin.
+
+The JavaScript side (``attnmt/web``: package.json, its lockfile, the sources and the tests) is
+bundled with esbuild into ``attnmt/web/dist`` when the package is built (``npm ci && npm run
+build`` there, which .ci/run does); the export copies that folder, so after ``pip install`` it
+needs neither Node nor the network. Its search is attnmt's (greedy and beam search with the same
+length limits and length penalty, :mod:`attnmt.search`), so the page's outputs equal
+``attnmt translate``'s token for token, up to float rounding in near ties.
+
+int8: ``onnxruntime.quantization.quantize_dynamic`` (weights int8 per tensor, activations
+quantized at run time, MatMulInteger), the graphs' MatMul and Gather weights.
+
+Library: onnx, onnxruntime (``pip install 'attnmt[export]'``); onnxruntime-web, esbuild and
+@sctg/sentencepiece-js (SentencePiece compiled to WebAssembly) on the JavaScript side.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from attnmt import rundir
+from attnmt.config import DEFAULT_ATTENTION_LAYER
+from attnmt.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, VocabTokenizer
+from attnmt.errors import AttnmtError, CheckpointError
+from attnmt.interop.extras import require
+from attnmt.interop.onnx import DECODER_STEP, ENCODER, export_onnx
+
+log = logging.getLogger(__name__)
+
+WEB_DIR = Path(__file__).resolve().parents[1] / "web"
+ASSETS = WEB_DIR / "dist"
+ASSET_FILES = ("index.html", "attnmt.js", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm")
+QUANTIZATIONS = ("float32", "int8")
+
+
+def assets_dir() -> Path:
+    """The bundled page (``attnmt/web/dist``).
+
+    Raises:
+        AttnmtError: it has not been built (a source checkout before ``npm ci && npm run build``).
+    """
+    missing = [name for name in ASSET_FILES if not (ASSETS / name).is_file()]
+    if missing:
+        raise AttnmtError(f"{ASSETS}: the web page is not built ({', '.join(missing)} missing); build it with: "
+                          f"cd {WEB_DIR} && npm ci && npm run build")
+    return ASSETS
+
+
+def _quantize_int8(src: Path, dst: Path) -> None:
+    """Dynamic int8 quantization of a graph's weights (onnxruntime.quantization)."""
+    require("onnxruntime")
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+
+
+def _tokenizer_files(model_dir: Path, src_tok, tgt_tok, out: Path) -> dict:
+    """Copy the SentencePiece model(s) into ``out``, write the pieces of every id, and return
+    config.json's ``tokenizer`` section."""
+    if not isinstance(src_tok, Tokenizer) or not isinstance(tgt_tok, Tokenizer):
+        raise CheckpointError(f"{model_dir}: word-level tokenizers (spaCy) cannot run in the browser; the web "
+                              "export needs SentencePiece models")
+    mapped = isinstance(src_tok, VocabTokenizer)
+    if mapped:  # MarianMT: two SentencePiece models over one vocabulary
+        names = {"src_model": rundir.SRC_SPM, "tgt_model": rundir.TGT_SPM,
+                 "src_pieces": rundir.VOCAB, "tgt_pieces": rundir.VOCAB}
+        shutil.copyfile(model_dir / rundir.VOCAB, out / rundir.VOCAB)
+    elif src_tok is tgt_tok:
+        names = {"src_model": rundir.JOINT_SPM, "tgt_model": rundir.JOINT_SPM,
+                 "src_pieces": "pieces.json", "tgt_pieces": "pieces.json"}
+    else:
+        names = {"src_model": rundir.SRC_SPM, "tgt_model": rundir.TGT_SPM,
+                 "src_pieces": "src.pieces.json", "tgt_pieces": "tgt.pieces.json"}
+    for side, tok in (("src", src_tok), ("tgt", tgt_tok)):
+        (out / names[f"{side}_model"]).write_bytes(tok.model_proto)
+        if not mapped:
+            pieces = tok.pieces(list(range(len(tok))))
+            (out / names[f"{side}_pieces"]).write_text(json.dumps(pieces, ensure_ascii=False), encoding="utf-8")
+    return {**names, "mapped": mapped}
+
+
+def export_web(model_dir: str | Path, output: str | Path, quantization: str | None = None) -> Path:
+    """Write the static site (module docstring) for a model directory into ``output``.
+
+    The site is assembled in a temporary folder beside ``output`` and renamed into place, so a
+    failure leaves no half-written site.
+
+    Args:
+        model_dir: a trained, fine-tuned or imported (MarianMT) model directory with SentencePiece
+            tokenizers.
+        output: the folder to create (absent or empty).
+        quantization: None or 'float32' (the weights as trained), or 'int8'.
+    Raises:
+        CheckpointError: ``output`` is not empty, the model directory is incomplete, or its
+            tokenizers are word-level.
+        AttnmtError: the page is not built (:func:`assets_dir`), onnx/onnxruntime missing (the
+            ``export`` extra), or an unknown quantization.
+    """
+    quantization = quantization or "float32"
+    if quantization not in QUANTIZATIONS:
+        raise AttnmtError(f"web export: quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
+    model_dir, output = Path(model_dir), Path(output)
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise CheckpointError(f"{output}: exists and is not empty; choose a new directory")
+    assets = assets_dir()
+    config = rundir.read_config(model_dir)
+    src_tok, tgt_tok = rundir.read_tokenizers(model_dir)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.") as tmp:
+        site, graphs = Path(tmp) / "site", Path(tmp) / "onnx"
+        model_out = site / "model"
+        model_out.mkdir(parents=True)
+        tokenizer = _tokenizer_files(model_dir, src_tok, tgt_tok, model_out)
+        export_onnx(model_dir, graphs, attention=True)
+        for name in (ENCODER, DECODER_STEP):
+            if quantization == "int8":
+                _quantize_int8(graphs / name, model_out / name)
+            else:
+                shutil.copyfile(graphs / name, model_out / name)
+        for name in ASSET_FILES:
+            shutil.copyfile(assets / name, site / name)
+        m, d = config.model, config.decode
+        pair = config.data.pair if config.data is not None and config.data.pair else None
+        web_config = {
+            "format": "attnmt-web", "version": 1, "quantization": quantization,
+            "graphs": {"encoder": ENCODER, "decoder_step": DECODER_STEP},
+            "tokenizer": tokenizer,
+            "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
+            "model": {"d_model": m.d_model, "num_heads": m.num_heads, "num_encoder_layers": m.num_encoder_layers,
+                      "num_decoder_layers": m.num_decoder_layers, "max_positions": m.max_positions,
+                      "decoder_start_id": m.decoder_start_id, "forbidden_ids": list(m.forbidden_ids),
+                      "src_vocab_size": len(src_tok), "tgt_vocab_size": len(tgt_tok)},
+            "decode": {"beam_size": d.beam_size, "length_penalty": d.length_penalty,
+                       "length_penalty_k": d.length_penalty_k, "length_penalty_type": d.length_penalty_type,
+                       "max_len_a": d.max_len_a, "max_len_b": d.max_len_b},
+            "attention_layer": DEFAULT_ATTENTION_LAYER,
+            "src_lang": pair.split("-")[0] if pair else None, "tgt_lang": pair.split("-")[1] if pair else None,
+        }
+        (model_out / "config.json").write_text(json.dumps(web_config, indent=1), encoding="utf-8")
+        if output.exists():
+            output.rmdir()  # empty (checked above)
+        os.replace(site, output)
+        rundir.fsync_dir(output.parent)
+    log.info("wrote the web page to %s (%s); serve it with: python -m http.server -d %s", output, quantization, output)
+    return output

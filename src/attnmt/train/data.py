@@ -1,0 +1,213 @@
+"""The data a run trains on: a prepared directory, opened on every process.
+
+With ``data.prepared: DATA_DIR`` a run reads that directory (made by ``attnmt prepare``) and no
+text. Otherwise rank 0 prepares the configured text into ``RUN_DIR/data`` first
+(``attnmt.data.prepare``), so a restart or a resume never tokenises again; on a resume it
+checks that the text, the filters and the weights are still those the directory was made
+from. Every process then memory-maps the same directory (``attnmt.data.shards``): only the
+lengths are loaded, and batches read just their own pairs' pages. A process that cannot see
+rank 0's directory (another machine, text configuration) prepares its own copy with rank 0's
+tokenizers; the result is the same, since preparation is deterministic.
+
+The run's checkpoint stores :func:`signature`: the manifest's fingerprint, the corpus weights
+and the batching settings. A resume whose signature differs stops with a one-line
+:class:`~attnmt.errors.ConfigError` naming what changed, unless ``allow_change`` (``attnmt train
+--resume --allow-data-change``) says to go on with the new data or settings, at the saved
+epoch and batch position.
+
+Library: torch.distributed (through ``attnmt.train.distributed``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from attnmt import rundir
+from attnmt.config import Config
+from attnmt.data import shards
+from attnmt.data.corpus import EncodedCorpus
+from attnmt.data.prepare import changed_inputs, prepare, training_corpora
+from attnmt.data.tokenizers import Tokenizer, WordTokenizer
+from attnmt.errors import ConfigError, DataError
+from attnmt.train import distributed
+
+log = logging.getLogger(__name__)
+
+RUN_DATA = "data"  # RUN_DIR/data: where a run prepares its text
+SMALL_INPUT_BYTES = 16 << 20  # inputs below this are encoded in-process (a worker pool costs more)
+
+
+@dataclass
+class CorpusData:
+    """The prepared training pairs (memory-mapped), the validation pairs and the tokenizers."""
+
+    src_tok: Tokenizer | WordTokenizer
+    tgt_tok: Tokenizer | WordTokenizer
+    train: shards.ShardedCorpus
+    valid: EncodedCorpus | None = None
+    valid_refs: list[str] = field(default_factory=list)  # raw target lines of the kept validation pairs
+    manifest: dict = field(default_factory=dict)
+    directory: Path | None = None
+
+
+def open_training_data(config: Config, run_dir: Path, resume: bool, data_dir: str | None = None,
+                       ranks: distributed.Ranks = distributed.Ranks(), device: torch.device | None = None,
+                       allow_change: bool = False, progress: bool = False) -> CorpusData:
+    """The run's data on this process (module docstring); rank 0 prepares text if needed and
+    writes the tokenizers into a new run's directory.
+
+    Raises:
+        DataError: unreadable corpus or prepared directory. ConfigError: no usable pair, or
+            (resume) the text changed since the run's data was prepared, without ``allow_change``.
+    """
+    found = None
+    if ranks.is_main:
+        directory = _main_directory(config, run_dir, resume, data_dir, allow_change, progress)
+        src_tok, tgt_tok = rundir.read_tokenizers(directory)
+        manifest = shards.read_manifest(directory)
+        found = (str(directory.resolve()), manifest["fingerprint"], _protos(src_tok, tgt_tok, ranks))
+    found = distributed.broadcast(found, device or torch.device("cpu"))
+    if not ranks.is_main:
+        directory = _rank_directory(config, found, data_dir, ranks)
+        src_tok, tgt_tok = rundir.read_tokenizers(directory)
+        manifest = shards.read_manifest(directory)
+    return _open(directory, manifest, src_tok, tgt_tok)
+
+
+def _main_directory(config: Config, run_dir: Path, resume: bool, data_dir: str | None, allow_change: bool,
+                    progress: bool) -> Path:
+    """Rank 0: the prepared directory to read, preparing ``RUN_DIR/data`` when needed."""
+    if config.data.prepared is not None:
+        directory = Path(config.data.prepared)
+        manifest = shards.read_manifest(directory)  # a clear error for a wrong path
+        if config.train.init_from and not resume:
+            _check_same_tokenizers(directory, manifest, Path(config.train.init_from))
+        return directory
+    directory = run_dir / RUN_DATA
+    tokenizers, replace = None, False
+    for stale in run_dir.glob(f".{RUN_DATA}.*.tmp"):  # left by a process killed while preparing
+        shutil.rmtree(stale, ignore_errors=True)
+    if (directory / shards.MANIFEST).is_file():  # a resume, or a start killed before its first checkpoint
+        change = changed_inputs(config, shards.read_manifest(directory), data_dir)
+        if change is None:
+            return directory
+        if resume and not allow_change:
+            raise ConfigError(f"{directory}: the training data changed since this run prepared it ({change}); "
+                              "pass --allow-data-change to continue on the new data")
+        log.warning("%s: the training data changed (%s): preparing it again", directory, change)
+        replace = True
+    if resume:
+        tokenizers = rundir.read_tokenizers(run_dir)
+    elif config.train.init_from:  # fine-tuning: the starting model's tokenizers
+        tokenizers = rundir.read_tokenizers(config.train.init_from)
+    prepare(config, directory, tokenizers, workers=_workers(config, data_dir), data_dir=data_dir,
+            progress=progress, replace=replace)
+    return directory
+
+
+def _check_same_tokenizers(directory: Path, manifest: dict, model_dir: Path) -> None:
+    """Fine-tuning from a prepared directory: its tokenizer files must be the starting model's.
+
+    Raises:
+        ConfigError: they differ (or one side has files the other lacks).
+    """
+    theirs = {name: shards.sha256_file(model_dir / name) for name in manifest["tokenizers"]
+              if (model_dir / name).is_file()}
+    if theirs != manifest["tokenizers"]:
+        raise ConfigError(f"{directory} was prepared with other tokenizers than {model_dir}'s; prepare it with "
+                          f"'attnmt prepare CONFIG --output DIR --tokenizers-from {model_dir}'")
+
+
+def _workers(config: Config, data_dir: str | None) -> int:
+    size = sum(p.stat().st_size for c in training_corpora(config, data_dir) for p in (c.src, c.tgt) if p.is_file())
+    return 1 if size < SMALL_INPUT_BYTES else max(1, os.cpu_count() or 1)
+
+
+def _protos(src_tok, tgt_tok, ranks: distributed.Ranks) -> tuple | None:
+    """SentencePiece models for processes that must prepare their own copy of the text."""
+    if not ranks.distributed or not all(type(t) is Tokenizer for t in (src_tok, tgt_tok)):
+        return None
+    return src_tok.model_proto, None if tgt_tok is src_tok else tgt_tok.model_proto
+
+
+def _rank_directory(config: Config, found: tuple, data_dir: str | None, ranks: distributed.Ranks) -> Path:
+    """A process other than rank 0: rank 0's directory if this machine sees it (the same
+    fingerprint), else its own preparation of the text in a temporary directory."""
+    path, fingerprint, protos = found
+    if (Path(path) / shards.MANIFEST).is_file() and shards.read_manifest(path)["fingerprint"] == fingerprint:
+        return Path(path)
+    if config.data.prepared is not None:
+        raise DataError(f"{path}: no such prepared directory on the machine of rank {ranks.rank}; copy it there")
+    if protos is None:
+        raise ConfigError("word-level or MarianMT vocabularies under torchrun need a prepared directory on every "
+                          "machine (attnmt prepare, then data.prepared)")
+    src_tok = Tokenizer(protos[0])
+    tgt_tok = src_tok if protos[1] is None else Tokenizer(protos[1])
+    directory = Path(tempfile.mkdtemp(prefix=f"attnmt-rank{ranks.rank}-")) / RUN_DATA
+    log.warning("rank %d: %s is not on this machine; preparing a private copy in %s", ranks.rank, path, directory)
+    prepare(config, directory, (src_tok, tgt_tok), data_dir=data_dir)
+    return directory
+
+
+def _open(directory: Path, manifest: dict, src_tok, tgt_tok) -> CorpusData:
+    train = shards.ShardedCorpus(directory, "train", manifest)
+    data = CorpusData(src_tok, tgt_tok, train, manifest=manifest, directory=directory)
+    log.info("training data %s: %d pairs in %d shard(s) (%s tokens; dropped when prepared: %s)", directory,
+             len(train), len(manifest["train"]["shards"]), manifest["token_dtype"],
+             ", ".join(f"{n} {k}" for k, n in train.dropped.items() if n) or "none")
+    if manifest.get("valid"):
+        valid = shards.ShardedCorpus(directory, "valid", manifest)
+        src, tgt = valid.pairs(range(len(valid)))
+        data.valid = EncodedCorpus([s.tolist() for s in src], [t.tolist() for t in tgt],
+                                   dropped_empty=valid.dropped["empty"], dropped_long=valid.dropped["too_long"])
+        text = (directory / shards.VALID_REFS).read_text(encoding="utf-8")
+        data.valid_refs = text.split("\n")[:-1] if text else []
+    return data
+
+
+def write_run_tokenizers(config: Config, data: CorpusData, run_dir: Path) -> None:
+    """Copy a new run's tokenizer files into its directory, byte for byte: the starting
+    model's when fine-tuning (``train.init_from``), else the prepared directory's."""
+    rundir.copy_tokenizers(config.train.init_from or data.directory, run_dir)
+
+
+def signature(config: Config, data: CorpusData) -> dict:
+    """What a resume must find unchanged: the data's fingerprint, the corpus weights and the
+    batching settings (not the world size nor accum_steps: the batch order does not depend on
+    them)."""
+    tc = config.train
+    return {"fingerprint": data.manifest.get("fingerprint"),
+            "weights": [c["weight"] for c in data.train.corpora], "train.seed": tc.seed,
+            "train.batch_tokens": None if tc.batch_sentences else tc.batch_tokens,
+            "train.batch_sentences": tc.batch_sentences}
+
+
+def check_signature(saved: dict | None, current: dict, run_dir: Path, allow_change: bool) -> None:
+    """Refuse a resume whose data or batching differ from the checkpoint's (module docstring).
+
+    Raises:
+        ConfigError: one line naming the first difference, unless ``allow_change``.
+    """
+    if saved is None:  # a checkpoint from before the signature existed
+        return
+    for key, value in current.items():
+        if saved.get(key) == value:
+            continue
+        what = "the prepared training data (fingerprint)" if key == "fingerprint" else key
+        if allow_change:
+            log.warning("resuming with a changed %s (%s -> %s), as asked", what, saved.get(key), value)
+            continue
+        raise ConfigError(f"{run_dir}: cannot resume: {what} changed since the checkpoint "
+                          f"({_short(saved.get(key))} -> {_short(value)}); pass --allow-data-change to continue "
+                          "anyway")
+
+
+def _short(value) -> str:
+    return value[:12] if isinstance(value, str) and len(value) == 64 else str(value)

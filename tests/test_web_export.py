@@ -1,0 +1,282 @@
+"""`attnmt export web`: the exported static page, loaded in headless Chromium (playwright) from a
+local static server with and without the cross-origin isolation headers, must translate as the
+native search does, token for token; its JavaScript tokenizer must give Python SentencePiece's ids;
+and the JavaScript side's own tests (`node --test`) run here too.
+
+The page's assets are built by `npm ci && npm run build` in src/attnmt/web (.ci/run does it), the
+path a wheel takes; the export copies them, as it does after `pip install`.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import http.server
+import io
+import json
+import random
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from attnmt.cli import main
+from attnmt.decode.translator import Translator
+from tests.conftest import GERMAN_ENGLISH
+from tests.test_interop_marian import _data_dir, marian  # noqa: F401  (the tiny MarianMT fixture)
+
+pytest.importorskip("onnxruntime")
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run"]
+WEB = Path(__file__).resolve().parents[1] / "src" / "attnmt" / "web"
+AGREEMENT = 0.95
+
+
+def _sentences(n: int, seed: int = 11) -> list[str]:
+    rng = random.Random(seed)
+    words = sorted(GERMAN_ENGLISH)
+    return [" ".join(rng.sample(words, rng.randint(2, 7))) for _ in range(n)]
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    isolated = False
+
+    def end_headers(self):
+        if self.isolated:  # what makes a page cross-origin isolated: ONNX Runtime Web may use threads
+            self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+            self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+        super().end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+class _Server:
+    """A static file server for ``root`` on 127.0.0.1 (as ``python -m http.server``), optionally
+    sending the COOP/COEP headers."""
+
+    def __init__(self, root: Path, isolated: bool):
+        handler = type("Handler", (_Handler,), {"isolated": isolated})
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(root)))
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}/"
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed (.ci/run installs it)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
+        yield b
+        b.close()
+
+
+def _open(browser, root: Path, isolated: bool):
+    """(page, server) with the exported page loaded and its model ready."""
+    server = _Server(root, isolated)
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(server.url)
+    page.evaluate("window.attnmt.ready")
+    assert not errors, errors
+    return page, server
+
+
+def _page_tokens(page, sentences: list[str], beam_size: int) -> list[list[int]]:
+    return page.evaluate("async ([xs, k]) => { const out = []; for (const x of xs) "
+                         "out.push((await window.attnmt.translateFull(x, {beamSize: k})).tokens); return out; }",
+                         [sentences, beam_size])
+
+
+def _agreement(ours: list[list[int]], native) -> float:
+    return sum(a == t.hypotheses[0].token_ids for a, t in zip(ours, native)) / len(native)
+
+
+@pytest.fixture(scope="module")
+def site(dictionary_model_dir, tmp_path_factory):
+    """The CLI's export of the toy-task model (float32)."""
+    out = tmp_path_factory.mktemp("web") / "site"
+    assert main(["-q", "export", "web", "--model", str(dictionary_model_dir), "--output", str(out)]) == 0
+    return out
+
+
+def test_export_writes_a_static_site(site, dictionary_model_dir):
+    files = {str(p.relative_to(site)) for p in site.rglob("*") if p.is_file()}
+    assert {"index.html", "attnmt.js", "ort-wasm-simd-threaded.wasm", "ort-wasm-simd-threaded.mjs",
+            "model/config.json", "model/encoder.onnx", "model/decoder_step.onnx", "model/spm.model",
+            "model/pieces.json"} <= files
+    config = json.loads((site / "model" / "config.json").read_text())
+    native = Translator.from_dir(dictionary_model_dir).config
+    assert config["decode"]["beam_size"] == native.decode.beam_size == 4
+    assert config["decode"]["max_len_a"] == native.decode.max_len_a
+    assert config["model"]["decoder_start_id"] == 2 and config["special_ids"]["eos"] == 3
+    html = (site / "index.html").read_text()
+    assert "http://" not in html and "https://" not in html  # nothing from a CDN
+
+
+@pytest.mark.parametrize("isolated", [False, True], ids=["plain", "coop-coep"])
+def test_page_equals_native_greedy_and_beam(browser, site, dictionary_model_dir, isolated):
+    """20 sentences, greedy and beam 4: the page's token ids equal the native search's on >= 95%;
+    threads only where the page is cross-origin isolated."""
+    sentences = _sentences(20)
+    native = Translator.from_dir(dictionary_model_dir)
+    page, server = _open(browser, site, isolated)
+    try:
+        assert page.evaluate("crossOriginIsolated") is isolated
+        assert (page.evaluate("window.attnmt.threads()") > 1) is isolated
+        for beam in (1, 4):
+            expected = native.translate(sentences, beam_size=beam)
+            assert _agreement(_page_tokens(page, sentences, beam), expected) >= AGREEMENT
+            assert page.evaluate("(x) => window.attnmt.translate(x, {beamSize: %d})" % beam,
+                                 sentences[0]) == expected[0].text != ""
+        assert page.evaluate("window.attnmt.translate('   ')") == ""
+    finally:
+        page.close()
+        server.close()
+
+
+def test_page_shows_words_time_and_attention(browser, site, dictionary_model_dir, tmp_path):
+    """The DOM: the translation's words, the time, and a heatmap row per output token whose most
+    attended source word is the native model's (decoder layer 1, head average)."""
+    sentence = "ein mann sieht katze und hund"
+    native = Translator.from_dir(dictionary_model_dir)
+    expected = native.translate([sentence], beam_size=4, return_attention=True)[0]
+    page, server = _open(browser, site, False)
+    try:
+        page.fill("#source", sentence)
+        page.click("#translate")
+        page.wait_for_function("document.getElementById('translation').dataset.text !== undefined")
+        assert page.get_attribute("#translation", "data-text") == expected.text
+        assert "ms" in page.inner_text("#status")
+        assert page.locator("#translation .tok").count() == len(expected.hypotheses[0].pieces)
+        rows = page.locator("#heatmap tbody tr")
+        assert rows.count() == len(expected.hypotheses[0].pieces)
+        assert page.input_value("#layer") == "1"
+        weights = expected.attention[1].mean(dim=0)  # (T, S), layer 1, head average
+        for i in range(rows.count()):
+            cells = rows.nth(i).locator("td")
+            shown = [float(cells.nth(j).get_attribute("title").rsplit(": ", 1)[1]) for j in range(cells.count())]
+            assert shown == pytest.approx(weights[i].tolist(), abs=2e-3)
+        page.screenshot(path=str(tmp_path / "web.png"), full_page=True)
+    finally:
+        page.close()
+        server.close()
+    assert (tmp_path / "web.png").stat().st_size > 10_000
+
+
+def test_int8_export_is_smaller_and_translates(browser, site, dictionary_model_dir, tmp_path):
+    out = tmp_path / "int8"
+    assert main(["-q", "export", "web", "--model", str(dictionary_model_dir), "--output", str(out),
+                 "--quantization", "int8"]) == 0
+    for name in ("encoder.onnx", "decoder_step.onnx"):
+        assert (out / "model" / name).stat().st_size < 0.6 * (site / "model" / name).stat().st_size
+    sentences = _sentences(20, seed=5)
+    native = Translator.from_dir(dictionary_model_dir).translate(sentences, beam_size=1)
+    page, server = _open(browser, out, False)
+    try:
+        assert _agreement(_page_tokens(page, sentences, 1), native) >= 0.9
+    finally:
+        page.close()
+        server.close()
+
+
+def test_imported_marian_model_in_the_page(browser, marian, tmp_path):  # noqa: F811
+    """An imported MarianMT model (decoder start = pad, pad forbidden, two SentencePiece models
+    over vocab.json): the page's greedy and beam outputs equal the native ones (10 sentences of
+    a random model whose outputs run long: >= 9 of them)."""
+    hf_dir, _, sentences = marian
+    model_dir, out = tmp_path / "imported", tmp_path / "site"
+    assert main(["-q", "import", "marian", str(hf_dir), "--output", str(model_dir)]) == 0
+    assert main(["-q", "export", "web", "--model", str(model_dir), "--output", str(out)]) == 0
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert config["tokenizer"]["mapped"] and config["model"]["decoder_start_id"] == 0
+    native = Translator.from_dir(model_dir)
+    page, server = _open(browser, out, False)
+    try:
+        for beam in (1, 3):
+            expected = native.translate(sentences[:10], beam_size=beam)
+            assert _agreement(_page_tokens(page, sentences[:10], beam), expected) >= 0.9
+        assert page.evaluate("(x) => window.attnmt.translate(x, {beamSize: 3})", sentences[0]) == expected[0].text
+    finally:
+        page.close()
+        server.close()
+
+
+def test_export_errors_are_one_line(dictionary_model_dir, site, tmp_path, capsys):
+    assert main(["export", "web", "--model", str(dictionary_model_dir), "--output", str(site)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnmt: error:") and "not empty" in err and err.count("\n") == 1
+    assert main(["export", "web", "--model", str(dictionary_model_dir), "--output", str(tmp_path / "x"),
+                 "--quantization", "int16"]) == 2
+    assert "int8 or float32" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
+def _multi30k_lines() -> list[str]:
+    """500 Multi30k sentences (German and English), plus punctuation, digits and rare Unicode."""
+    data = _data_dir() / "multi30k"
+    lines = []
+    for lang in ("de", "en"):
+        with gzip.open(data / f"val.{lang}.gz", "rt", encoding="utf-8") as f:
+            lines += [line.rstrip("\n") for line in f][:230]
+    return lines + [
+        "Ein Mann (45) kauft 3,5 kg Äpfel für 12,99 € – am 1.1.2024!", "„Hallo“, sagte sie… «Ça va?»",
+        "x² + y³ = z⁴; ½ ⅓ ¼ № ™ ©", "Straße ẞ ǅ ﬁ ﬂ Å Ω K", "日本語のテキスト 中文 한국어", "emoji 😀👍🏽 🇩🇪 family 👨‍👩‍👧",
+        "tab\tseparated  double  spaces ", "Ελληνικά русский עברית العربية हिन्दी", "zero\u200bwidth\u00a0nbsp",
+        "Cafe\u0301 vs Café (NFD vs NFC)", "123456789 0.001 -42 +7 1e10 #hashtag @user https://example.org/a?b=c",
+        "'quotes' \"double\" `back` <tag> [b] {c} | \\ / ~ ^ % $", "ÀÉÎÕÜ àéîõü ÇçÑñ ßæøå", "…",
+        "Ⅻ ① ｆｕｌｌｗｉｄｔｈ ＡＢＣ １２３", "", "a" * 300, "mixed   spaces\u3000ideographic",
+    ] + [f"Nummer {i}: {i * 37 % 1000} Hunde, {i / 7:.3f} Katzen." for i in range(22)]
+
+
+def _spm(lines: list[str], model_type: str) -> bytes:
+    import sentencepiece as spm
+
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=buf, vocab_size=800,
+                                   model_type=model_type, character_coverage=0.9995, pad_id=0, unk_id=1,
+                                   bos_id=2, eos_id=3, minloglevel=2, num_threads=1)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("model_type", ["unigram", "bpe"])
+def test_javascript_tokenizer_equals_sentencepiece(model_type, tmp_path):
+    """The page's tokenizer (SentencePiece compiled to WebAssembly, run by node) gives Python
+    SentencePiece's ids on 500 sentences with punctuation, digits and rare Unicode."""
+    import sentencepiece as spm
+
+    if not shutil.which("node"):
+        pytest.skip("node is not installed (.ci/run installs it)")
+    lines = _multi30k_lines()
+    assert len(lines) == 500
+    data = _data_dir() / "multi30k"
+    with gzip.open(data / "train.de.gz", "rt", encoding="utf-8") as f:
+        train = [next(f).strip() for _ in range(3000)]
+    proto = _spm(train, model_type)
+    (tmp_path / "m.model").write_bytes(proto)
+    run = subprocess.run(["node", str(WEB / "tools" / "encode.mjs"), str(tmp_path / "m.model")],
+                         input="\n".join(json.dumps(x) for x in lines) + "\n", capture_output=True, text=True,
+                         timeout=120, check=True)
+    ours = [json.loads(x) for x in run.stdout.splitlines()]
+    expected = spm.SentencePieceProcessor(model_proto=proto).encode(lines)
+    assert any(1 in ids for ids in expected)  # rare characters hit UNK
+    assert ours == expected
+
+
+def test_node_test_runner_passes():
+    """The JavaScript side's own tests (search.js against hand-computed cases)."""
+    if not shutil.which("node"):
+        pytest.skip("node is not installed (.ci/run installs it)")
+    run = subprocess.run(["node", "--test", "test/"], cwd=WEB, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "# fail 0" in run.stdout and "# pass 0" not in run.stdout
