@@ -12,7 +12,8 @@ instead of its wall-clock one, so that other load on the machine cannot change w
 Each is scored on test_2016_flickr (sacreBLEU, the preset's beam search) with ``attnmt
 evaluate``. Prints one JSON object per run and a markdown table.
 
-    python benchmarks/finetune.py --data-dir $ATTNMT_DATA --updates 800
+    python benchmarks/finetune.py --data-dir $ATTNMT_DATA --updates 600 --batch-tokens 2048 \
+        --set model.d_model=128 ...
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import time
 from pathlib import Path
 
 import yaml
+
+from attnmt.config import apply_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 PRESET = REPO / "configs" / "multi30k_de_en.yaml"
@@ -56,7 +59,8 @@ def split_halves(data: Path, work: Path, seed: int) -> dict[str, tuple[Path, Pat
 
 def config(half: tuple[Path, Path], data: Path, args, updates: int, lr: float, warmup: int,
            init_from: Path | None = None) -> dict:
-    """The preset with half of train, val for validation and an update-count budget."""
+    """The preset with half of train, val for validation, an update-count budget and the
+    ``--set`` overrides."""
     cfg = yaml.safe_load(PRESET.read_text(encoding="utf-8"))
     cfg["data"] = {"train_src": str(half[0]), "train_tgt": str(half[1]),
                    "valid_src": str(data / "multi30k" / "val.de.gz"), "valid_tgt": str(data / "multi30k" / "val.en.gz"),
@@ -68,7 +72,10 @@ def config(half: tuple[Path, Path], data: Path, args, updates: int, lr: float, w
                  valid_every=args.valid_every, average_last=0, log_every=50)
     if init_from is not None:
         train["init_from"] = str(init_from)
-    return cfg
+        # the model and tokenizer sections are the starting model's (train.init_from inherits them)
+        cfg.pop("model"), cfg.pop("tokenizer")
+    return apply_overrides(cfg, [s for s in args.set if init_from is None or s.split(".")[0] not in
+                                 ("model", "tokenizer")])
 
 
 def run(cmd: list[str], log) -> str:
@@ -111,6 +118,9 @@ def main() -> None:
     p.add_argument("--valid-every", type=int, default=200)
     p.add_argument("--seed", type=int, default=1, help="seed of the A/B split")
     p.add_argument("--work", help="work directory (default: a new temporary one)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key of the preset in every run, e.g. model.d_model=128 (model and tokenizer keys "
+                        "go to the runs from scratch; the fine-tuning run inherits them)")
     args = p.parse_args()
     if not args.data_dir:
         p.error("give --data-dir or set ATTNMT_DATA")
