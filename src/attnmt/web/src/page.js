@@ -62,10 +62,12 @@ function drawHeatmap(result) {
 }
 
 let last = null;
+let queue = Promise.resolve();  // one translation at a time: a session runs one step at a time
 
-async function translate(text, { beamSize, onStep } = {}) {
-  await ready;
-  return translator.translate(text, { beamSize, onStep });
+function translate(text, { beamSize, onStep } = {}) {
+  const result = queue.then(() => ready).then(() => translator.translate(text, { beamSize, onStep }));
+  queue = result.catch(() => {});
+  return result;
 }
 
 async function translateFromPage() {
