@@ -3,6 +3,10 @@
 A configuration file has five sections, each a model below: ``data``, ``tokenizer``, ``model``,
 ``train`` and ``decode``. Every section forbids unknown keys and checks types, so a typo such as
 ``modle.d_model`` or ``d_model: big`` is an error naming the key, never silently ignored.
+Rules between keys are checked once the whole configuration is read (``Config._consistent``),
+and a key that only matters to another key's value not in use (``train.t_mul`` under
+``train.schedule: noam``: :data:`APPLIES_ONLY_TO`) is refused, naming that option. Every error
+is one line naming the key and, for a file, its line (:func:`key_lines`).
 Command-line overrides use dotted keys (``--set model.num_encoder_layers=4``); the value is parsed as
 YAML, so ``4`` is an int, ``0.1`` a float, ``true`` a bool and ``null`` None.
 
