@@ -10,12 +10,10 @@ vocabulary is the model's SentencePiece pieces in id order; the decoder starts f
 export directory also receives config.yaml and the SentencePiece models (and vocab.json), so
 ``attnmt translate --engine ctranslate2 --model CT2_DIR`` needs nothing else.
 
-:class:`CTranslate2Translator` runs the exported model with attnmt's tokenization, beam size and
-batching. CTranslate2's length penalty is log P(Y) / |Y|^alpha: attnmt's GNMT penalty with
-``length_penalty_k`` = 0, the same for alpha = 0 (log-probability) and alpha = 1 (average
-log-probability per token); with k = 5 the rankings differ slightly. CTranslate2 reports a
-hypothesis' (normalised) score only: ``log_prob`` repeats it and the per-token
-probabilities are empty.
+:class:`CTranslate2Engine` runs the exported model behind attnmt's engine interface
+(``attnmt.decode.engine``), with the native search's length limits, length penalties and token
+log-probabilities (its docstring says how each is obtained); ``attnmt translate --engine
+ctranslate2`` and ``attnmt serve --engine ctranslate2`` put it under the same ``Translator``.
 
 int8 weights are stored in 7 bits by default (:func:`quantize_int8_rows`, |q| <= 63, one float32
 scale per row, CTranslate2's layout). On CPUs without VNNI instructions (AVX2, AVX-512 before
@@ -42,10 +40,12 @@ from attnmt import rundir
 from attnmt.config import ModelConfig
 from attnmt.data.batching import pad_sequences
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
-from attnmt.decode.translator import ScoredHypothesis, Translation, Translator
-from attnmt.errors import CheckpointError
+from attnmt.decode.engine import CORE_OPTIONS, Hypothesis, SearchOptions, check_supported
+from attnmt.decode.translator import Translator
+from attnmt.errors import CheckpointError, ConfigError
 from attnmt.interop.extras import require
 from attnmt.model.transformer import Transformer
+from attnmt.search.beam import length_penalty
 from attnmt.search.hypothesis import max_output_lengths
 
 ctranslate2 = require("ctranslate2")
@@ -225,54 +225,190 @@ def export_ctranslate2(model_dir: str | Path, output: str | Path, quantization: 
     return output
 
 
-class CTranslate2Translator(Translator):
-    """:class:`attnmt.decode.translator.Translator` over a CTranslate2 export: the same
-    tokenization, batching and options; the search runs in CTranslate2 (module docstring).
+def _device_of(name: str) -> tuple[str, int]:
+    """CTranslate2's (device, device_index) for an attnmt device name ('auto', 'cpu', 'cuda',
+    'cuda:N'); 'auto' is CUDA when CTranslate2 sees a GPU, else the CPU.
+
+    Raises:
+        ConfigError: 'mps' or another name CTranslate2 cannot run on, or CUDA without a GPU.
+    """
+    gpus = ctranslate2.get_cuda_device_count()
+    if name == "auto":
+        return ("cuda", 0) if gpus else ("cpu", 0)
+    if name == "cpu":
+        return "cpu", 0
+    if name == "cuda" or name.startswith("cuda:"):
+        index = int(name.partition(":")[2] or 0)
+        if index >= gpus:
+            raise ConfigError(f"device {name}: CTranslate2 sees {gpus} CUDA device(s)")
+        return "cuda", index
+    raise ConfigError(f"the ctranslate2 engine runs on cpu or cuda[:N], not {name}")
+
+
+class CTranslate2Engine:
+    """An ``attnmt.decode.engine.Engine`` over a CTranslate2 export: CTranslate2 searches, the
+    results are made to match the native search (module docstring of ``attnmt.decode.engine``).
+
+    How each native behaviour is obtained:
+
+    - Length limit: each sentence's own ``floor(a * source length + b)``; sentences are grouped
+      by limit and each group is one ``translate_batch`` call (CTranslate2 takes one
+      ``max_decoding_length`` per call).
+    - At its limit the native search gives every open hypothesis EOS. CTranslate2 stops a
+      hypothesis there with whatever token it chose, so it runs to ``limit - 1`` tokens and a
+      hypothesis cut there gets EOS appended (its probability scored as below); a truncated
+      hypothesis never shows a ``</s>`` it did not produce.
+    - Token log-probabilities: every returned hypothesis (EOS included) is scored by forced
+      decoding with ``score_batch``, so ``token_log_probs`` and ``log_prob`` are the model's,
+      without CTranslate2's renormalisation over non-forbidden tokens.
+    - Length penalty: CTranslate2's own is log P / |Y|^alpha. Greedy search needs none.
+      ``average`` is alpha = 1 exactly (|Y| counts EOS: ``return_end_token``). GNMT with k is
+      done by rescoring: CTranslate2 searches with alpha as its penalty and returns all K
+      finished hypotheses, which are re-ranked by log P / ((k + |Y|) / (k + 1))^alpha. The
+      finished hypotheses of a beam search do not depend on the penalty (only the ranking and
+      the stopping do), so the result is the native one unless the native search, with its
+      exact stopping rule, finds a better hypothesis after CTranslate2 has K finished ones
+      (``patience`` finds more).
 
     Args:
         export_dir: written by :func:`export_ctranslate2`.
+        device: 'auto', 'cpu', 'cuda' or 'cuda:N' (CTranslate2's CUDA build for a GPU).
         compute_type: CTranslate2's compute type ('default': the stored weights' type).
         threads: intra-op threads, 0 = CTranslate2's default.
+        patience: CTranslate2's beam search stops after ``patience * K`` finished hypotheses.
+    Raises:
+        CheckpointError: no model.bin in ``export_dir``. ConfigError: a device it cannot use.
     """
 
-    def __init__(self, export_dir: str | Path, compute_type: str = "default", threads: int = 0):
-        self.config = rundir.read_config(export_dir)
-        self.src_tokenizer, self.tgt_tokenizer = rundir.read_tokenizers(export_dir)
+    name = "ctranslate2"
+    supports = CORE_OPTIONS
+
+    def __init__(self, export_dir: str | Path, device: str = "cpu", compute_type: str = "default",
+                 threads: int = 0, patience: float = 1.0):
         if not (Path(export_dir) / "model.bin").is_file():
             raise CheckpointError(f"{export_dir}: no model.bin; export it with 'attnmt export ctranslate2'")
-        self.engine = ctranslate2.Translator(str(export_dir), device="cpu", compute_type=compute_type,
-                                             inter_threads=1, intra_threads=threads)
-        self._precision = "fp32"
+        self.config = rundir.read_config(export_dir)
+        self.src_tokenizer, self.tgt_tokenizer = rundir.read_tokenizers(export_dir)
+        kind, index = _device_of(device)
+        self.translator = ctranslate2.Translator(str(export_dir), device=kind, device_index=index,
+                                                 compute_type=compute_type, inter_threads=1, intra_threads=threads)
+        self.patience = patience
         self._forbidden = [self.tgt_tokenizer.pieces([i]) for i in self.config.model.forbidden_ids]
+        self._src_pieces = _all_pieces(self.src_tokenizer)
 
-    def translate(
-        self, sentences: list[str], beam_size: int | None = None, nbest: int = 1,
-        batch_size: int | None = None, length_penalty: float | None = None,
-        return_attention: bool = False,
-    ) -> list[Translation]:
-        """Translate raw sentences (see :meth:`Translator.translate`; no attention weights).
+    @property
+    def device(self) -> str:
+        return f"{self.translator.device}:{self.translator.device_index}" if self.translator.device == "cuda" else "cpu"
+
+    @property
+    def precision(self) -> str:
+        """CTranslate2's compute type, e.g. 'float32', 'int8_float32'."""
+        return self.translator.compute_type
+
+    def _pieces(self, ids: list[int]) -> list[str]:
+        return [self._src_pieces[i] for i in ids]
+
+    def translate(self, sources: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
+        """Search ``sources`` (ids ending with EOS) with CTranslate2 (class docstring).
 
         Raises:
-            ValueError: nbest > beam_size, or ``return_attention``.
+            UnsupportedOption: return_attention or constraints.
         """
-        dc = self.config.decode
-        beam_size, batch_size = beam_size or dc.beam_size, batch_size or dc.batch_size
-        alpha = dc.length_penalty if length_penalty is None else length_penalty
-        if nbest > beam_size or return_attention:
-            raise ValueError("the CTranslate2 engine needs nbest <= beam size and gives no attention weights")
-        results, src_ids, batches = self._plan(sentences, nbest, batch_size)
-        for chunk in batches:
-            src = pad_sequences([src_ids[i] for i in chunk])  # (B, S)
-            limit = int(max_output_lengths(src, PAD_ID, dc.max_len_a, dc.max_len_b, self.config.model.max_positions - 1).max())
-            out = self.engine.translate_batch(
-                [self.src_tokenizer.pieces(src_ids[i][:-1]) for i in chunk], beam_size=beam_size,
-                num_hypotheses=nbest, length_penalty=alpha, max_decoding_length=limit, min_decoding_length=0,
-                return_scores=True, suppress_sequences=self._forbidden or None)
-            for i, result in zip(chunk, out):
-                hyps = [self._scored(tokens, score) for tokens, score in zip(result.hypotheses, result.scores)]
-                results[i] = Translation(hyps, self.src_tokenizer.pieces(src_ids[i][:-1]) + ["</s>"])
-        return results  # type: ignore[return-value]
+        check_supported(self, options)
+        src = pad_sequences(sources)  # (B, S)
+        limits = max_output_lengths(src, PAD_ID, options.max_len_a, options.max_len_b,
+                                    self.config.model.max_positions - 1).tolist()
+        # Per sentence: (ids ending with EOS, log P from the search or None when unknown).
+        found: list[list[tuple[list[int], float | None]]] = [[([EOS_ID], None)] for _ in sources]  # limit 1
+        groups: dict[int, list[int]] = {}
+        for i, limit in enumerate(limits):
+            if limit > 1:  # a limit of 1 leaves EOS as the only output
+                groups.setdefault(limit, []).append(i)
+        for limit, idx in groups.items():
+            out = self.translator.translate_batch(
+                [self._pieces(sources[i][:-1]) for i in idx], **self._search_args(options, limit),
+                max_decoding_length=limit - 1, min_decoding_length=0, return_end_token=True, return_scores=True,
+                max_input_length=0, suppress_sequences=self._forbidden or None)
+            for i, result in zip(idx, out):
+                hyps: list[tuple[list[int], float | None]] = []
+                for pieces, score in zip(result.hypotheses, result.scores):
+                    ids = self.tgt_tokenizer.piece_ids(pieces)
+                    if ids and ids[-1] == EOS_ID:
+                        hyps.append((ids, score))
+                    elif all(ids + [EOS_ID] != h for h, _ in hyps):  # cut at limit - 1: EOS comes next
+                        hyps.append((ids + [EOS_ID], None))
+                found[i] = hyps
+        return self._ranked(sources, found, options)
 
-    def _scored(self, pieces: list[str], score: float) -> ScoredHypothesis:
-        ids = self.tgt_tokenizer.piece_ids(pieces) + [EOS_ID]
-        return ScoredHypothesis(self.tgt_tokenizer.decode(ids), ids, pieces + ["</s>"], [], score, score)
+    def _search_args(self, options: SearchOptions, limit: int) -> dict:
+        """CTranslate2's search options. Greedy search as it is. Beam search ranked by
+        log-probability alone (alpha 0): CTranslate2's own early stop, n-best by log P. Any
+        other ranking: the search runs to the length limit and returns every finished
+        hypothesis (patience ``limit``: at most K finish per step) with its log-probability
+        (CTranslate2's alpha 0), to be ranked here by the native score."""
+        beam = options.beam_size
+        if beam == 1:
+            return {"beam_size": 1, "num_hypotheses": 1, "length_penalty": 0.0}
+        if options.length_penalty_type == "gnmt" and options.length_penalty == 0:
+            return {"beam_size": beam, "num_hypotheses": options.nbest, "length_penalty": 0.0}
+        return {"beam_size": beam, "patience": float(limit), "num_hypotheses": beam * limit, "length_penalty": 0.0}
+
+    def _ranked(self, sources: list[list[int]], found: list[list[tuple[list[int], float | None]]],
+                options: SearchOptions) -> list[list[Hypothesis]]:
+        """Rank each sentence's hypotheses by the native score and keep ``nbest``. Log P and
+        the per-token log-probabilities come from forced decoding (``score_batch``): first of
+        the hypotheses whose log P the search did not give (those cut at the limit), then of
+        the kept ones."""
+        src_pieces = [self._pieces(s[:-1]) for s in sources]
+        known: dict[tuple[int, tuple[int, ...]], list[float]] = {}
+        self._score(src_pieces, [(i, ids) for i, hyps in enumerate(found) for ids, lp in hyps if lp is None], known)
+        kept: list[list[list[int]]] = []
+        for i, hyps in enumerate(found):
+            scored = [(ids, sum(known[(i, tuple(ids))]) if lp is None else lp) for ids, lp in hyps]
+            scored.sort(key=lambda h: _native_score(h[1], len(h[0]), options), reverse=True)
+            kept.append([ids for ids, _ in scored[:options.nbest]])
+        self._score(src_pieces, [(i, ids) for i, hyps in enumerate(kept) for ids in hyps
+                                 if (i, tuple(ids)) not in known], known)
+        results = []
+        for i, hyps in enumerate(kept):
+            out = []
+            for ids in hyps:
+                lps = known[(i, tuple(ids))]
+                out.append(Hypothesis(ids, lps, sum(lps), _native_score(sum(lps), len(ids), options)))
+            results.append(_top(out, options.nbest))
+        return results
+
+    def _score(self, src_pieces: list[list[str]], pairs: list[tuple[int, list[int]]], known: dict) -> None:
+        """Forced decoding of (sentence index, output ids ending with EOS) pairs into ``known``:
+        the natural-log probability of each output token, EOS included."""
+        if not pairs:
+            return
+        results = self.translator.score_batch([src_pieces[i] for i, _ in pairs],
+                                              [self.tgt_tokenizer.pieces(ids[:-1]) for _, ids in pairs],
+                                              max_input_length=0)
+        for (i, ids), result in zip(pairs, results):
+            known[(i, tuple(ids))] = list(result.log_probs)
+
+
+def _native_score(log_prob: float, length: int, options: SearchOptions) -> float:
+    """The score the native search ranks by (``attnmt.search.options.SearchOptions``)."""
+    if options.length_penalty_type == "average":
+        return log_prob / max(length, 1)
+    if options.is_greedy:
+        return log_prob
+    return log_prob / length_penalty(length, options.length_penalty, options.length_penalty_k)
+
+
+def _top(hyps: list[Hypothesis], nbest: int) -> list[Hypothesis]:
+    """The ``nbest`` best, filled up with empty ones (score -inf) as the native search does."""
+    ranked = sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest]
+    return ranked + [Hypothesis([EOS_ID], [float("-inf")], float("-inf"), float("-inf"))
+                     for _ in range(nbest - len(ranked))]
+
+
+def CTranslate2Translator(export_dir: str | Path, compute_type: str = "default", threads: int = 0,  # noqa: N802
+                          device: str = "cpu") -> Translator:
+    """A :class:`attnmt.decode.translator.Translator` over a :class:`CTranslate2Engine` (the
+    name existing callers use)."""
+    engine = CTranslate2Engine(export_dir, device, compute_type, threads)
+    return Translator(engine, engine.src_tokenizer, engine.tgt_tokenizer, engine.config)
