@@ -193,8 +193,8 @@ def test_int8_export_is_smaller_and_translates(browser, site, dictionary_model_d
 
 def test_imported_marian_model_in_the_page(browser, marian, tmp_path):  # noqa: F811
     """An imported MarianMT model (decoder start = pad, pad forbidden, two SentencePiece models
-    over vocab.json): the page's greedy and beam outputs equal the native ones (10 sentences of
-    a random model whose outputs run long: >= 9 of them)."""
+    over vocab.json): the page's greedy and beam outputs equal the native ones (8 sentences of
+    a random model whose outputs run long: >= 7 of them)."""
     hf_dir, _, sentences = marian
     model_dir, out = tmp_path / "imported", tmp_path / "site"
     assert main(["-q", "import", "marian", str(hf_dir), "--output", str(model_dir)]) == 0
@@ -205,8 +205,8 @@ def test_imported_marian_model_in_the_page(browser, marian, tmp_path):  # noqa: 
     page, server = _open(browser, out, False)
     try:
         for beam in (1, 3):
-            expected = native.translate(sentences[:10], beam_size=beam)
-            assert _agreement(_page_tokens(page, sentences[:10], beam), expected) >= 0.9
+            expected = native.translate(sentences[:8], beam_size=beam)
+            assert _agreement(_page_tokens(page, sentences[:8], beam), expected) >= 7 / 8
         assert page.evaluate("(x) => window.attnmt.translate(x, {beamSize: 3})", sentences[0]) == expected[0].text
     finally:
         page.close()
