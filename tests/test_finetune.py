@@ -211,6 +211,33 @@ def test_finetuning_own_run_starts_at_its_validation_loss(corpus, tmp_path):
     assert (tmp_path / "tuned" / "spm.model").read_bytes() == (tmp_path / "general" / "spm.model").read_bytes()
 
 
+def test_prepared_data_for_finetuning_uses_the_models_tokenizers(corpus, marian, tmp_path, capsys):
+    """``attnmt prepare`` of a fine-tuning configuration encodes with the starting model's
+    tokenizers (no new ones trained); training from that directory works, and from a directory
+    prepared with other tokenizers is refused in one line."""
+    _, _, imported = marian
+    train = {"max_steps": 2, "batch_tokens": 500, "valid_every": 2, "valid_bleu": False, "device": "cpu"}
+    path = tmp_path / "finetune.yaml"
+    path.write_text(yaml.safe_dump({"data": _data(corpus), "train": {**train, "init_from": str(imported)}}))
+    assert main(["-q", "prepare", str(path), "--output", str(tmp_path / "prepared"), "--workers", "1"]) == 0
+    for name in ("src.spm.model", "tgt.spm.model", "vocab.json"):
+        assert (tmp_path / "prepared" / name).read_bytes() == (imported / name).read_bytes()
+    prepared = ["--set", "data.train_src=null", "--set", "data.train_tgt=null", "--set", "data.valid_src=null",
+                "--set", "data.valid_tgt=null"]
+    assert main(["-q", "train", str(path), "--output", str(tmp_path / "run"), *prepared,
+                 "--set", f"data.prepared={tmp_path / 'prepared'}"]) == 0
+    assert (tmp_path / "run" / "vocab.json").read_bytes() == (imported / "vocab.json").read_bytes()
+    assert [r["step"] for r in _records(tmp_path / "run", "valid")] == [0, 2]
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({"data": _data(corpus), "tokenizer": {"vocab_size": 100}, "train": train}))
+    assert main(["-q", "prepare", str(other), "--output", str(tmp_path / "own"), "--workers", "1"]) == 0
+    capsys.readouterr()
+    assert main(["-q", "train", str(path), "--output", str(tmp_path / "run2"), *prepared,
+                 "--set", f"data.prepared={tmp_path / 'own'}"]) == 2
+    err = capsys.readouterr().err
+    assert "other tokenizers" in err and err.count("\n") == 1
+
+
 def test_contradicting_model_keys_and_unknown_freeze_patterns_refused(corpus, marian, tmp_path, capsys):
     _, _, imported = marian
     path = tmp_path / "cfg.yaml"

@@ -149,7 +149,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     if config.data is None:
         raise AttnmtError(f"{args.config}: no data section: nothing to prepare")
     check_output_dir(args.output, "--output")
-    tokenizers = read_tokenizers(args.tokenizers_from) if args.tokenizers_from else None
+    source = args.tokenizers_from or config.train.init_from  # a fine-tuning config: its starting model's
+    tokenizers = read_tokenizers(source) if source else None
     manifest = prepare(config, args.output, tokenizers, workers=args.workers, data_dir=args.data_dir, progress=True)
     size = sum(f.stat().st_size for f in Path(args.output).iterdir())
     train_info = manifest["train"]
@@ -591,7 +592,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                    help="encoding processes (default: the CPU count)")
     p.add_argument("--tokenizers-from", metavar="MODEL_DIR",
-                   help="use this model directory's tokenizers instead of training new ones (for fine-tuning)")
+                   help="use this model directory's tokenizers instead of training new ones (default: the "
+                        "configuration's train.init_from, if any)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a configuration value, e.g. --set data.filter.dedup=true")
     p.add_argument("--data-dir", help="local dataset directory (holding multi30k/); default $ATTNMT_DATA")
