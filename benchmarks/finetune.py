@@ -93,7 +93,8 @@ def train_and_score(name: str, cfg: dict, work: Path, data: Path, log) -> dict:
     result = json.loads(run([sys.executable, "-m", "attnmt", "train", str(path), "--output", str(out)], log)
                         .strip().splitlines()[-1])
     minutes, t0 = (time.monotonic() - t0) / 60, time.monotonic()
-    scores = json.loads(run([sys.executable, "-m", "attnmt", "evaluate", "--model", str(out), "--src",
+    threads = ["--threads", str(cfg["train"]["num_threads"])] if cfg["train"].get("num_threads") else []
+    scores = json.loads(run([sys.executable, "-m", "attnmt", "evaluate", *threads, "--model", str(out), "--src",
                              str(data / "multi30k" / "test_2016_flickr.de.gz"), "--ref",
                              str(data / "multi30k" / "test_2016_flickr.en.gz"), "--json"], log).strip().splitlines()[-1])
     test_minutes = (time.monotonic() - t0) / 60
