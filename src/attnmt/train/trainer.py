@@ -16,6 +16,11 @@ per-sentence loss normalisation, a validation report and a checkpoint after ever
 word-level vocabularies and pretrained embeddings read from ``.vec`` files.
 Metrics go to ``train_log.jsonl`` (``attnmt.train.metrics``).
 
+Fine-tuning (``attnmt.train.finetune``): with ``train.init_from`` the run takes another model
+directory's model section, tokenizers and weights, starts Adam and the schedule afresh, and
+validates the starting model as step 0 before the first update; ``train.freeze`` keeps chosen
+parameters fixed and out of the optimizer.
+
 Finite training: an update whose loss or gradient norm is not finite is skipped (the weights
 and Adam's moments stay as they were), counted and logged; after
 ``train.max_nonfinite_updates`` of them in a row training stops with a :class:`TrainingError`
