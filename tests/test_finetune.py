@@ -16,7 +16,7 @@ import yaml
 from safetensors.torch import load_file
 
 from attnmt.cli import main
-from attnmt.config import config_from_dict
+from attnmt.config import ModelConfig, config_from_dict
 from attnmt.data.batching import make_batch
 from attnmt.data.tokenizers import EOS_ID, PAD_ID
 from attnmt.errors import ConfigError
@@ -209,6 +209,28 @@ def test_finetuning_own_run_starts_at_its_validation_loss(corpus, tmp_path):
     assert start["step"] == 0 and start["valid_bleu"] is not None
     assert start["valid_loss"] == pytest.approx(best["valid_loss"], abs=1e-4)
     assert (tmp_path / "tuned" / "spm.model").read_bytes() == (tmp_path / "general" / "spm.model").read_bytes()
+
+
+def test_freeze_groups_and_patterns():
+    """'embeddings' is the token embeddings with what is tied to them (not learned positions);
+    'encoder'/'decoder' the rest of each side; patterns match names; none matching is an error."""
+    def frozen(patterns, **options):
+        cfg = dict(d_model=16, num_heads=2, d_ff=32, num_encoder_layers=2, num_decoder_layers=2, **options)
+        model = Transformer(ModelConfig(**cfg), 20, 20)
+        freeze(model, patterns)
+        return {name for name, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
+
+    assert frozen(["embeddings"]) == {"encoder.embedding.weight", "decoder.embedding.weight",
+                                      "decoder.output_projection.weight"}
+    learned = frozen(["embeddings"], positional="learned", tie_output=False)
+    assert learned == {"encoder.embedding.weight", "decoder.embedding.weight"}
+    encoder = frozen(["encoder"], positional="learned")
+    assert "encoder.positions.embedding.weight" in encoder and "encoder.embedding.weight" not in encoder
+    assert all(n.startswith("encoder.") for n in encoder) and len(encoder) > 10
+    assert frozen(["*.norm.bias"]) == {f"{side}.layers.{i}.sublayers.{j}.norm.bias" for side, n in
+                                       (("encoder", 2), ("decoder", 3)) for i in range(2) for j in range(n)}
+    with pytest.raises(ConfigError, match="'decoder.layers.7.*' matches no parameter"):
+        frozen(["decoder", "decoder.layers.7.*"])
 
 
 def test_prepared_data_for_finetuning_uses_the_models_tokenizers(corpus, marian, tmp_path, capsys):

@@ -31,6 +31,7 @@ from attnmt.errors import ConfigError
 # model keys that only act in training: a fine-tuning run may set its own
 TRAINING_ONLY_KEYS = frozenset({"dropout", "attention_dropout", "activation_dropout", "time_shared_dropout"})
 FREEZE_GROUPS = ("embeddings", "encoder", "decoder")
+TOKEN_EMBEDDINGS = ("encoder.embedding.weight", "decoder.embedding.weight")  # Transformer's names
 START_RECORD = "init_from.json"  # in the run directory: where the run started (path, weights hash)
 
 
@@ -73,7 +74,7 @@ def _matches(model: nn.Module, pattern: str) -> set[int]:
     """ids of the parameter tensors ``pattern`` names (a group of :data:`FREEZE_GROUPS` or an
     fnmatch pattern; a tensor tied under several names matches by any of them)."""
     named = list(model.named_parameters(remove_duplicate=False))
-    embeddings = {id(p) for name, p in named if name.endswith("embedding.weight")}
+    embeddings = {id(p) for name, p in named if name in TOKEN_EMBEDDINGS}
     if pattern == "embeddings":
         return embeddings
     if pattern in ("encoder", "decoder"):
