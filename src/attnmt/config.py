@@ -125,7 +125,9 @@ class TokenizerConfig(_Section):
                         "model.share_embeddings); false: one per side (kind word needs false)")
     character_coverage: float = Field(1.0, gt=0.0, le=1.0, description="share of the training characters "
                                       "SentencePiece keeps as pieces; the rarest others become <unk>")
-    max_sentences: int = Field(2_000_000, gt=0, description="sentences sampled to train SentencePiece")
+    max_sentences: int = Field(2_000_000, gt=0, description="SentencePiece trains on a seeded random sample of at "
+                               "most this many non-empty lines (per side, then in all for a joint model; reservoir "
+                               "sampling in one pass); its memory grows with it, about 1.3 KiB a line")
     lowercase: bool = Field(False, description="kind word: lowercase the text before tokenizing")
     min_freq: int = Field(1, gt=0, description="kind word: keep words seen at least this often in training")
     max_vocab: int | None = Field(None, gt=0, description="kind word: keep at most this many words, most frequent first")
