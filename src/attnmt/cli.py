@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from attnmt.config import DEFAULT_ATTENTION_LAYER
+from attnmt.config import DEFAULT_ALIGNMENT_LAYER, DEFAULT_ATTENTION_LAYER
 from attnmt.errors import AttnmtError, WriteError
 
 log = logging.getLogger("attnmt")
@@ -256,35 +256,76 @@ def cmd_translate(args: argparse.Namespace) -> int:
     check_output_file(args.output, "--output")
     tr = _engine_translator(args)
     lines = _read_input(args.input)
+    constraints = _read_constraints(args.constraints, len(lines)) if args.constraints else None
     t0 = time.perf_counter()
     beam_size = args.beam_size or max(tr.config.decode.beam_size, args.nbest)
     results = tr.translate(lines, beam_size=beam_size, batch_size=args.batch_size,
-                           length_penalty=args.length_penalty, nbest=args.nbest)
+                           length_penalty=args.length_penalty, nbest=args.nbest, constraints=constraints,
+                           alignments=args.alignments, alignment_layer=args.alignment_layer)
     log.info("translated %d lines in %.2f s", len(lines), time.perf_counter() - t0)
-    _write_output(args.output, format_translations(results, args.format, args.scores, args.nbest))
+    _write_output(args.output, format_translations(results, args.format, args.scores, args.nbest,
+                                                   tr.confidence if args.format == "jsonl" else None))
     return 0
 
 
-def format_translations(results, fmt: str, scores: bool, nbest: int) -> list[str]:
+def _read_constraints(path: str, count: int) -> list[list[str]]:
+    """``--constraints``: one line per input line, the phrases separated by tabs (empty: none).
+
+    Raises:
+        DataError: an unreadable file. AttnmtError: a line count other than ``count``.
+    """
+    from attnmt.data.corpus import read_lines
+
+    lines = read_lines(path)
+    if len(lines) != count:
+        raise AttnmtError(f"{path}: {len(lines)} lines of constraints for {count} input lines "
+                          "(one line of tab-separated phrases per input line; an empty line for none)")
+    return [[p.strip() for p in line.split("\t") if p.strip()] for line in lines]
+
+
+def format_translations(results, fmt: str, scores: bool, nbest: int, confidence=None) -> list[str]:
     """Output lines for ``translate``.
 
     text, plain: one translation a line. text with ``--scores`` or ``--nbest``: one line per
     hypothesis, ``ID ||| TRANSLATION ||| SCORE ||| LOG_PROB`` (ID = 0-based input line; SCORE =
     length-penalised; LOG_PROB = sum of token log-probabilities), with ``--scores`` a fifth field
     ``||| piece=prob piece=prob ...`` (each output subword, '</s>' last, with its probability).
+    With ``--alignments`` every text line ends with `` ||| ALIGNMENT`` (Moses ``i-j`` pairs).
     jsonl: one object per input line, {"id", "hypotheses": [{"text", "score", "log_prob",
-    "tokens", "token_probs"}]}; strict JSON: a number that is not finite (the scores of a model
-    with NaN weights) is null.
+    "tokens", "token_probs", "mean_log_prob", "words", "word_probs"}]} (the confidence fields
+    from ``confidence``, e.g. ``Translator.confidence``), with ``--alignments`` an "alignment"
+    per hypothesis and for the best one at the top, and "warnings" when a constraint was left
+    out; strict JSON: a number that is not finite (the scores of a model with NaN weights) is null.
     Every input line gets its lines (one, or one per hypothesis: ``nbest`` of them, see
     ``Translator.translate``); line breaks inside a translation become spaces.
     """
+    from attnmt.decode.alignment import format_alignment
+
+    def aligned(h) -> str:
+        return "" if h.alignment is None else f" ||| {format_alignment(h.alignment)}"
+
     if fmt == "jsonl":
-        return [_json_line({"id": i, "hypotheses": [
-            {"text": h.text, "score": h.score, "log_prob": h.log_prob, "tokens": h.pieces,
-             "token_probs": [math.exp(lp) for lp in h.token_log_probs]} for h in r.hypotheses]})
-            for i, r in enumerate(results)]
+        records = []
+        for i, r in enumerate(results):
+            hyps = []
+            for h in r.hypotheses:
+                hyp = {"text": h.text, "score": h.score, "log_prob": h.log_prob, "tokens": h.pieces,
+                       "token_probs": [math.exp(lp) for lp in h.token_log_probs]}
+                if confidence is not None:
+                    words, probs = confidence(h)
+                    hyp.update(mean_log_prob=h.mean_log_prob, words=words, word_probs=probs)
+                if h.alignment is not None:
+                    hyp["alignment"] = format_alignment(h.alignment)
+                hyps.append(hyp)
+            record = {"id": i, "hypotheses": hyps}
+            if r.hypotheses and r.hypotheses[0].alignment is not None:
+                record["alignment"] = hyps[0]["alignment"]
+            if r.warnings:
+                record["warnings"] = r.warnings
+            records.append(_json_line(record))
+        return records
     if not scores and nbest == 1:
-        return [_one_line(r.text) for r in results]
+        return [_one_line(r.text) + (aligned(r.hypotheses[0]) if r.hypotheses else "") for r in results]
     lines = []
     for i, r in enumerate(results):
         for h in r.hypotheses:
@@ -292,7 +333,7 @@ def format_translations(results, fmt: str, scores: bool, nbest: int) -> list[str
             if scores:
                 line += " ||| " + " ".join(f"{_one_line(p)}={math.exp(lp):.6f}"
                                            for p, lp in zip(h.pieces, h.token_log_probs))
-            lines.append(line)
+            lines.append(line + aligned(h))
     return lines
 
 
@@ -308,7 +349,9 @@ def cmd_score(args: argparse.Namespace) -> int:
     corpus_ppl = _perplexity(total_lp, total_tokens)
     if args.format == "jsonl":
         lines = [_json_line({"id": i, "log_prob": r.log_prob, "tokens": len(r.token_ids),
-                             "perplexity": _perplexity(r.log_prob, len(r.token_ids))}) for i, r in enumerate(results)]
+                             "perplexity": _perplexity(r.log_prob, len(r.token_ids)),
+                             "words": (conf := tr.confidence(r))[0], "word_probs": conf[1]})
+                 for i, r in enumerate(results)]
         lines.append(_json_line({"corpus": True, "log_prob": total_lp, "tokens": total_tokens,
                                  "perplexity": corpus_ppl}))
     else:
@@ -608,6 +651,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nbest", type=positive_int, default=1, help="hypotheses per sentence (<= beam size)")
     p.add_argument("--scores", action="store_true", help="print scores and each token's probability")
     p.add_argument("--format", choices=["text", "jsonl"], default="text", help="output format")
+    p.add_argument("--constraints", metavar="FILE",
+                   help="terms each translation must contain: one line per input line, phrases separated by tabs, "
+                        "an empty line for none (lexically constrained beam search)")
+    p.add_argument("--alignments", action="store_true",
+                   help="add each translation's word alignment: Moses 'i-j' pairs, source-target, 0-based words")
+    p.add_argument("--alignment-layer", type=positive_int,
+                   help=f"decoder layer of the alignments, 1-based (default {DEFAULT_ALIGNMENT_LAYER})")
     _add_engine_options(p)
     p.set_defaults(func=cmd_translate)
 

@@ -4,7 +4,10 @@
 model(s), an engine (``attnmt.decode.engine``: the native PyTorch model, or a CTranslate2 or
 ONNX Runtime export), length-sorted batching (``attnmt.search.batched``), n-best lists and
 detokenization. Empty input lines give empty translations, so output lines match input lines.
-All of that happens here, once, whatever the engine.
+All of that happens here, once, whatever the engine; so do the controls over the output:
+terminology constraints (tokenised here, searched by an engine that supports them), word
+alignments (``attnmt.decode.alignment``), confidence (``attnmt.decode.confidence``) and
+streaming (a per-step callback).
 
 Shapes: B batch, S source length, T output length, L layers, H heads.
 """
@@ -12,19 +15,23 @@ Shapes: B batch, S source length, T output length, L layers, H heads.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
-from attnmt.config import Config
-from attnmt.data.tokenizers import EOS_ID, Tokenizer
+from attnmt.config import DEFAULT_ALIGNMENT_LAYER, Config
+from attnmt.data.tokenizers import EOS_ID, PAD_ID, Tokenizer
+from attnmt.decode.alignment import align_words, word_ids
+from attnmt.decode.confidence import mean_log_prob, word_confidence
 from attnmt.decode.engine import Engine, SearchOptions, UnsupportedOption, check_supported
 from attnmt.decode.native import NativeEngine
 from attnmt.model.transformer import Transformer
 from attnmt.rundir import load_model_dir
-from attnmt.search.batched import by_length
-from attnmt.search.hypothesis import Hypothesis
+from attnmt.search.batched import search_in_batches
+from attnmt.search.constraints import constraints_fit
+from attnmt.search.hypothesis import Hypothesis, max_output_lengths
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +45,8 @@ class ScoredHypothesis:
     token_log_probs: natural-log probability of each piece. log_prob: their sum.
     score: log_prob / length penalty (beam search) or log_prob (greedy); with
     ``decode.length_penalty_type: average`` log_prob / len(token_ids) in both.
+    alignment: when asked for, its word alignment: (source word, output word) pairs, 0-based
+    indices of whitespace-separated words (``attnmt.decode.alignment``).
     """
 
     text: str
@@ -46,6 +55,12 @@ class ScoredHypothesis:
     token_log_probs: list[float]
     log_prob: float
     score: float
+    alignment: list[tuple[int, int]] | None = None
+
+    @property
+    def mean_log_prob(self) -> float:
+        """Confidence: the mean natural-log probability per token, EOS included (0.0 when empty)."""
+        return mean_log_prob(self.token_log_probs)
 
 
 @dataclass
@@ -55,16 +70,23 @@ class Translation:
     hypotheses: best first (``nbest`` of them). src_pieces: source subwords incl. '</s>'.
     attention: when requested, the best hypothesis' encoder-decoder attention, float32
     (L, H, T, S) with T = len(hypotheses[0].pieces) and S = len(src_pieces).
+    warnings: what could not be honoured, e.g. constraints too long for the output limit.
     """
 
     hypotheses: list[ScoredHypothesis]
     src_pieces: list[str] = field(default_factory=list)
     attention: torch.Tensor | None = None
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def text(self) -> str:
         """The best translation."""
         return self.hypotheses[0].text if self.hypotheses else ""
+
+    @property
+    def alignment(self) -> list[tuple[int, int]] | None:
+        """The best translation's word alignment, when asked for."""
+        return self.hypotheses[0].alignment if self.hypotheses else None
 
 
 class Translator:
@@ -179,6 +201,8 @@ class Translator:
         self, sentences: list[str], beam_size: int | None = None, nbest: int = 1,
         batch_size: int | None = None, length_penalty: float | None = None,
         return_attention: bool = False, options: SearchOptions | None = None,
+        constraints: list[list[str]] | None = None, alignments: bool = False, alignment_layer: int | None = None,
+        on_step: Callable[[int, list[int]], bool] | None = None,
     ) -> list[Translation]:
         """Translate raw sentences.
 
@@ -193,22 +217,105 @@ class Translator:
             return_attention: also compute each best hypothesis' source attention.
             options: all search options at once (then beam_size, nbest, length_penalty and
                 return_attention are ignored).
+            constraints: one list per sentence of phrases (raw text, tokenised by the target
+                tokenizer) its translation must contain (``attnmt.search.constraints``); a
+                sentence whose phrases cannot fit its output length limit is translated without
+                them, with a warning logged and kept in ``Translation.warnings``.
+            alignments: add each hypothesis' word alignment (``ScoredHypothesis.alignment``)
+                from the source attention of decoder layer ``alignment_layer`` (1-based; default
+                ``attnmt.config.DEFAULT_ALIGNMENT_LAYER``, at most the last layer).
+            on_step: streaming: called after each search step with a sentence's input index and
+                its settled tokens (``SearchOptions.on_step``); True stops that sentence.
         Returns:
             One :class:`Translation` per input sentence, in input order, each with ``nbest``
             hypotheses (with a model whose scores are not finite, empty ones with score -inf).
         Raises:
-            ValueError: invalid options. UnsupportedOption: one the engine lacks (before any work).
+            ValueError: invalid options, a constraint list per sentence that does not match
+                ``sentences``, or an alignment layer the model lacks.
+            UnsupportedOption: one the engine lacks (before any work), e.g. constraints, or
+                alignments (attention) with an engine other than native.
         """
         if options is None:
             options = self.options(beam_size, nbest, length_penalty, return_attention)
-        check_supported(self.engine, options)
         todo = [i for i, s in enumerate(sentences) if s.strip()]
         src_ids = self.encode_sources([sentences[i] for i in todo])
+        warnings: dict[int, list[str]] = {}
+        if constraints is not None:
+            if len(constraints) != len(sentences):
+                raise ValueError(f"{len(constraints)} constraint lists for {len(sentences)} sentences")
+            ids, warnings = self.encode_constraints([constraints[i] for i in todo], src_ids, options,
+                                                    [i + 1 for i in todo])
+            options = replace(options, constraints=ids)
+        if on_step is not None:
+            options = replace(options, on_step=lambda k, tokens: on_step(todo[k], tokens))
+        if alignments:
+            options = replace(options, return_attention=True)
+        check_supported(self.engine, options)
+        layer = self._alignment_layer(alignment_layer) if alignments else 0
         done = self.translate_ids(src_ids, options, batch_size)
         results = [self.empty(options.nbest)] * len(sentences)
-        for i, translation in zip(todo, done):
+        for k, (i, translation) in enumerate(zip(todo, done)):
+            translation.warnings = warnings.get(k, [])
+            if alignments:
+                self._align(src_ids[k], translation, layer)
             results[i] = translation
+        if alignments:  # empty lines: empty alignments
+            results = [r if i in set(todo) else Translation([replace(h, alignment=[]) for h in r.hypotheses])
+                       for i, r in enumerate(results)]
         return results
+
+    def encode_constraints(self, constraints: list[list[str]], src_ids: list[list[int]], options: SearchOptions,
+                           lines: list[int]) -> tuple[list[list[list[int]]], dict[int, list[str]]]:
+        """Phrases as target token ids, each sentence's left out where they cannot fit its
+        output length limit (``attnmt.search.constraints.constraints_fit``).
+
+        Args:
+            constraints: per sentence, its phrases (raw text; blank ones are ignored).
+            src_ids: the sentences' source ids (their lengths set the limits).
+            lines: each sentence's 1-based number, for the warnings.
+        Returns:
+            The token-id phrases per sentence, and the warnings by sentence position.
+        """
+        limit = self.config.model.max_positions - 1
+        out: list[list[list[int]]] = []
+        warnings: dict[int, list[str]] = {}
+        for k, (phrases, src, line) in enumerate(zip(constraints, src_ids, lines)):
+            ids = [self.tgt_tokenizer.encode(p.strip()) for p in phrases if p.strip()]
+            ids = [p for p in ids if p]
+            cap = int(max_output_lengths(torch.tensor([src]), PAD_ID, options.max_len_a, options.max_len_b,
+                                         limit)[0])
+            if ids and not constraints_fit(ids, cap):
+                message = (f"sentence {line}: its constraints need {sum(map(len, ids))} tokens + EOS but its output "
+                           f"limit is {cap} tokens; translated without them")
+                log.warning(message)
+                warnings[k] = [message]
+                ids = []
+            out.append(ids)
+        return out, warnings
+
+    def _alignment_layer(self, layer: int | None) -> int:
+        layers = self.config.model.num_decoder_layers
+        layer = min(DEFAULT_ALIGNMENT_LAYER, layers) if layer is None else layer
+        if not 1 <= layer <= layers:
+            raise ValueError(f"the alignment layer must be between 1 and {layers}, got {layer}")
+        return layer
+
+    def _align(self, src_ids: list[int], translation: Translation, layer: int) -> None:
+        """Fill each hypothesis' alignment: the best from the engine's attention, the others'
+        from forced decoding (:meth:`source_attention`)."""
+        src_words = word_ids(src_ids[:-1], self.src_tokenizer.decode)
+        for n, h in enumerate(translation.hypotheses):
+            attention = translation.attention if n == 0 and translation.attention is not None else \
+                self.source_attention(src_ids, h.token_ids)  # (L, H, T, S)
+            body = [t for t in h.token_ids if t != EOS_ID]
+            h.alignment = align_words(attention[layer - 1].mean(dim=0), src_words,
+                                      word_ids(body, self.tgt_tokenizer.decode))
+
+    def confidence(self, hypothesis: ScoredHypothesis) -> tuple[list[str], list[float]]:
+        """The words of a hypothesis (from :meth:`translate` or :meth:`score`) and the
+        probability of each: the product of its subwords' probabilities
+        (``attnmt.decode.confidence``)."""
+        return word_confidence(hypothesis.token_ids, hypothesis.token_log_probs, self.tgt_tokenizer.decode)
 
     @staticmethod
     def empty(nbest: int = 1) -> Translation:
@@ -221,7 +328,7 @@ class Translator:
         in length-sorted batches of ``batch_size`` (default from the config)."""
         check_supported(self.engine, options)
         batch_size = batch_size or self.config.decode.batch_size
-        hyps = by_length(src_ids, batch_size, lambda chunk: self.engine.translate(chunk, options))
+        hyps = search_in_batches(src_ids, options, batch_size, self.engine.translate)
         return [Translation([self._hypothesis(h) for h in hs], self.src_tokenizer.pieces(ids[:-1]) + ["</s>"],
                             hs[0].attention if options.return_attention else None)
                 for ids, hs in zip(src_ids, hyps)]
