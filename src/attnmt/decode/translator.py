@@ -257,7 +257,7 @@ class Translator:
         for k, (i, translation) in enumerate(zip(todo, done)):
             translation.warnings = warnings.get(k, [])
             if alignments:
-                self._align(src_ids[k], translation, layer)
+                self.align(src_ids[k], translation, layer)
             results[i] = translation
         if alignments:  # empty lines: empty alignments
             results = [r if i in set(todo) else Translation([replace(h, alignment=[]) for h in r.hypotheses])
@@ -300,9 +300,16 @@ class Translator:
             raise ValueError(f"the alignment layer must be between 1 and {layers}, got {layer}")
         return layer
 
-    def _align(self, src_ids: list[int], translation: Translation, layer: int) -> None:
-        """Fill each hypothesis' alignment: the best from the engine's attention, the others'
-        from forced decoding (:meth:`source_attention`)."""
+    def align(self, src_ids: list[int], translation: Translation, layer: int) -> None:
+        """Fill each hypothesis' word alignment (``ScoredHypothesis.alignment``) from decoder
+        layer ``layer`` (1-based): the best hypothesis' from ``translation.attention`` when the
+        engine returned it, the others' from forced decoding (:meth:`source_attention`).
+
+        Args:
+            src_ids: the sentence's source ids, ending with EOS.
+        Raises:
+            UnsupportedOption: attention weights from an engine other than native.
+        """
         src_words = word_ids(src_ids[:-1], self.src_tokenizer.decode)
         for n, h in enumerate(translation.hypotheses):
             attention = translation.attention if n == 0 and translation.attention is not None else \
