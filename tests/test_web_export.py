@@ -35,6 +35,18 @@ WEB = Path(__file__).resolve().parents[1] / "src" / "attnmt" / "web"
 AGREEMENT = 0.95
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread():
+    """Native translation on one thread: these tiny models gain nothing from two, and on a
+    loaded machine two spinning threads made them a hundred times slower."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _sentences(n: int, seed: int = 11) -> list[str]:
     rng = random.Random(seed)
     words = sorted(GERMAN_ENGLISH)
@@ -87,9 +99,10 @@ def _open(browser, root: Path, isolated: bool):
     page = browser.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda r: None if r.url.startswith((server.url, "data:", "blob:")) else errors.append(r.url))
     page.goto(server.url)
     page.evaluate("window.attnmt.ready")
-    assert not errors, errors
+    assert not errors, errors  # no script error, and nothing fetched from elsewhere (no CDN)
     return page, server
 
 

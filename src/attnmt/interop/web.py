@@ -4,6 +4,7 @@
 
     SITE_DIR/index.html                   the page (text box, translate button, heatmap)
     SITE_DIR/attnmt.js                    its module: search, tokenization, ONNX Runtime Web's API
+    SITE_DIR/attnmt.js.LEGAL.txt          the licence notices of the bundled libraries
     SITE_DIR/ort-wasm-simd-threaded.mjs   ONNX Runtime Web's WebAssembly backend (SIMD, threads)
     SITE_DIR/ort-wasm-simd-threaded.wasm
     SITE_DIR/model/config.json            special ids, decoder start id, forbidden ids, length
@@ -52,7 +53,8 @@ log = logging.getLogger(__name__)
 
 WEB_DIR = Path(__file__).resolve().parents[1] / "web"
 ASSETS = WEB_DIR / "dist"
-ASSET_FILES = ("index.html", "attnmt.js", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm")
+ASSET_FILES = ("index.html", "attnmt.js", "attnmt.js.LEGAL.txt", "ort-wasm-simd-threaded.mjs",
+               "ort-wasm-simd-threaded.wasm")
 QUANTIZATIONS = ("float32", "int8")
 
 
