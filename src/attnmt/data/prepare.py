@@ -536,6 +536,7 @@ def prepare(config: Config, output: str | Path, tokenizers: tuple | None = None,
     if tokenizers is None:
         tokenizers = train_tokenizers(config, *sample_lines(corpora, config.tokenizer.max_sentences,
                                                             config.train.seed))
+    t_tokenizers = time.monotonic() - t0
     dtype = np.dtype(dtype or shards.token_dtype(max(len(tokenizers[0]), len(tokenizers[1]))))
     filters = Filters(d.max_len, d.filter.max_length_ratio, d.filter.copies, d.filter.dedup)
     with shards.staging_dir(output, replace) as staging:
@@ -553,10 +554,11 @@ def prepare(config: Config, output: str | Path, tokenizers: tuple | None = None,
                                                                      d.valid_max_sentences, dtype)}
         manifest["fingerprint"] = fingerprint(manifest)
         manifest["seconds"] = round(time.monotonic() - t0, 3)
+        manifest["seconds_tokenizers"] = round(t_tokenizers, 3)  # the sampling pass and training, if any
         shards.write_manifest(staging, manifest)
-    log.info("prepared %d of %d pairs (dropped: %s) in %.1f s, %.0f pairs/s, into %s", total.pairs, total.lines,
-             ", ".join(f"{n} {k}" for k, n in total.dropped.items() if n) or "none", manifest["seconds"],
-             total.lines / max(manifest["seconds"], 1e-9), output)
+    log.info("prepared %d of %d pairs (dropped: %s) in %.1f s (tokenizers %.1f s, encoding %.0f pairs/s), into %s",
+             total.pairs, total.lines, ", ".join(f"{n} {k}" for k, n in total.dropped.items() if n) or "none",
+             manifest["seconds"], t_tokenizers, total.lines / max(manifest["seconds"] - t_tokenizers, 1e-9), output)
     return manifest
 
 
