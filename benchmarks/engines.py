@@ -3,6 +3,9 @@
 Rows, each a fresh process on the same machine, alternating over ``--rounds`` (fastest round kept):
 
 - ``attnmt native fp32``: ``attnmt translate`` (PyTorch).
+- ``attnmt --engine ctranslate2 (float32)``: the float32 export, searched to match the native
+  engine (``attnmt.interop.ctranslate2.CTranslate2Engine``).
+- ``attnmt --engine onnxruntime (fp32)``: the ONNX export under attnmt's own search.
 - ``attnmt --engine ctranslate2 (int8)``: ``attnmt translate --engine ctranslate2`` on the int8
   export of the same model (``attnmt export ctranslate2 --quantization int8``: 7-bit weights).
 - ``... (int8, 8-bit weights)``: the same on the export with CTranslate2's own quantizer
@@ -93,14 +96,24 @@ def main() -> None:
         if not (ct2_dir / "model.bin").is_file():
             _run([sys.executable, "-m", "attnmt", "export", "ctranslate2", "--model", str(args.model), "--output",
                   str(ct2_dir), "--quantization", "int8", "--int8-weight-bits", str(bits)])
+    ct2_fp32, onnx_dir = args.work / "ct2-float32", args.work / "onnx"
+    if not (ct2_fp32 / "model.bin").is_file():
+        _run([sys.executable, "-m", "attnmt", "export", "ctranslate2", "--model", str(args.model), "--output",
+              str(ct2_fp32)])
+    if not (onnx_dir / "decoder_step.onnx").is_file():
+        _run([sys.executable, "-m", "attnmt", "export", "onnx", "--model", str(args.model), "--output", str(onnx_dir)])
     ct2_dir = exports[7]
     spm = ct2_dir / "spm.model"
     # each row: how to run it (into a hypothesis file), and the SentencePiece model of its outputs
     rows = {"attnmt native fp32": (lambda o: _attnmt(args, "native", args.model, o), spm),
+            "attnmt --engine ctranslate2 (float32)": (lambda o: _attnmt(args, "ctranslate2", ct2_fp32, o), spm),
+            "attnmt --engine onnxruntime (fp32)": (lambda o: _attnmt(args, "onnxruntime", onnx_dir, o), spm),
             "attnmt --engine ctranslate2 (int8)": (lambda o: _attnmt(args, "ctranslate2", ct2_dir, o), spm),
             "attnmt --engine ctranslate2 (int8, 8-bit weights)": (
                 lambda o: _attnmt(args, "ctranslate2", exports[8], o), spm),
-            "CTranslate2 itself (int8), same model": (lambda o: _ct2_itself(args, ct2_dir, spm, "int8", o), spm)}
+            "CTranslate2 itself (int8), same model": (lambda o: _ct2_itself(args, ct2_dir, spm, "int8", o), spm),
+            "CTranslate2 itself (float32), same model": (
+                lambda o: _ct2_itself(args, ct2_fp32, spm, "float32", o), spm)}
     if args.onmt_ct2:
         rows[f"CTranslate2 ({args.onmt_compute_type}), OpenNMT-py model"] = (lambda o: _ct2_itself(
             args, args.onmt_ct2, args.onmt_spm, args.onmt_compute_type, o), args.onmt_spm)

@@ -43,12 +43,13 @@ def _agreement(a, b) -> float:
 
 
 def test_ctranslate2_float32_equals_native_beam_search(trained, tmp_path):
-    """>= 95% identical translations; where identical, CTranslate2's score equals attnmt's
-    log P / |Y| (its length penalty is attnmt's with k = 0, |Y| counting EOS)."""
+    """>= 95% identical translations; where identical, the CTranslate2 engine's score equals
+    attnmt's log P / |Y| (alpha 1, k 0; |Y| counting EOS)."""
     from attnmt.interop.ctranslate2 import CTranslate2Translator, export_ctranslate2
 
     run_dir, _, sentences, native = trained
     ct2 = CTranslate2Translator(export_ctranslate2(run_dir, tmp_path / "ct2"))
+    ct2.config.decode.length_penalty_k = 0.0  # as the native translator's (the engine honours k)
     ours = ct2.translate(sentences, beam_size=BEAM, length_penalty=ALPHA, batch_size=16)
     assert _agreement(native, ours) >= 0.95
     same = [(a, b) for a, b in zip(native, ours) if a.text == b.text]
@@ -70,6 +71,7 @@ def test_ctranslate2_int8_within_half_a_bleu(trained, tmp_path):
 
     run_dir, _, sentences, native = trained
     ct2 = CTranslate2Translator(export_ctranslate2(run_dir, tmp_path / "ct2", quantization="int8"))
+    ct2.config.decode.length_penalty_k = 0.0
     ours = ct2.translate(sentences, beam_size=BEAM, length_penalty=ALPHA)
     refs = sentences  # the copy task
     native_bleu = corpus_scores([t.text for t in native], refs)["bleu"]
@@ -105,8 +107,9 @@ def test_ctranslate2_7bit_weights_dequantize_to_the_model(trained, tmp_path):
 
     run_dir, _, sentences, native = trained
     seven = export_ctranslate2(run_dir, tmp_path / "ct2-7", quantization="int8")
-    ours = CTranslate2Translator(seven, compute_type="float32").translate(sentences, beam_size=BEAM,
-                                                                          length_penalty=ALPHA)
+    ct2 = CTranslate2Translator(seven, compute_type="float32")
+    ct2.config.decode.length_penalty_k = 0.0
+    ours = ct2.translate(sentences, beam_size=BEAM, length_penalty=ALPHA)
     assert _agreement(native, ours) >= 0.95
     eight = export_ctranslate2(run_dir, tmp_path / "ct2-8", quantization="int8", int8_weight_bits=8)
     assert (seven / "model.bin").read_bytes() != (eight / "model.bin").read_bytes()

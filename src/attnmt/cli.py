@@ -488,16 +488,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
                           "pip install 'attnmt[serve]'") from None
     from pydantic import ValidationError
 
-    from attnmt.rundir import read_config
+    from attnmt.rundir import model_languages
     from attnmt.serve.settings import ServeSettings
 
-    read_config(args.model)  # a missing or broken model directory: a one-line error before the server starts
+    languages = model_languages(args.model)  # a missing or broken model directory: a one-line error first
     try:
         settings = ServeSettings(**dict(_setting(item) for item in args.set))
     except ValidationError as e:
         first = e.errors()[0]
         raise AttnmtError(f"--set {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    app = create_app(lambda: _engine_translator(args), settings, name=Path(args.model).resolve().name)
+    app = create_app(lambda: _engine_translator(args), settings, name=Path(args.model).resolve().name,
+                     languages=languages)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info",
                 timeout_keep_alive=settings.keep_alive_s)
     return 0

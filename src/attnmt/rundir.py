@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable
 
 import yaml
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 from torch import nn
 
@@ -176,6 +177,28 @@ def copy_translation_files(model_dir: str | Path, output: str | Path) -> None:
     for name in (CONFIG, JOINT_SPM, SRC_SPM, TGT_SPM, VOCAB, SRC_WORDS, TGT_WORDS):
         if (Path(model_dir) / name).is_file():
             atomic_write(Path(output) / name, lambda tmp, name=name: shutil.copyfile(Path(model_dir) / name, tmp))
+
+
+def model_languages(model_dir: str | Path) -> tuple[str | None, str | None]:
+    """A model directory's (source, target) language codes, None where unknown: the config's
+    ``tokenizer.src_lang``/``tgt_lang`` or ``data.pair``; else, for a model imported from an
+    OPUS-MT checkpoint, the pair its name carries (``Helsinki-NLP/opus-mt-de-en``), read from
+    the ``imported_from`` metadata of its weights (:func:`save_weights`).
+
+    Raises:
+        CheckpointError, ConfigError: no readable config.yaml.
+    """
+    languages = read_config(model_dir).languages()
+    weights = Path(model_dir) / WEIGHTS
+    if None not in languages or not weights.is_file():
+        return languages
+    try:
+        with safe_open(str(weights), "pt") as f:
+            source = (f.metadata() or {}).get("imported_from", "")
+    except (SafetensorError, OSError):
+        return languages
+    match = re.search(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})/?$", source)
+    return (match.group(1), match.group(2)) if match else languages
 
 
 def save_weights(model: nn.Module, path: str | Path, metadata: dict[str, str] | None = None) -> None:

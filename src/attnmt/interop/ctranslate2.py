@@ -295,6 +295,7 @@ class CTranslate2Engine:
         self.patience = patience
         self._forbidden = [self.tgt_tokenizer.pieces([i]) for i in self.config.model.forbidden_ids]
         self._src_pieces = _all_pieces(self.src_tokenizer)
+        self._eos_piece = self.tgt_tokenizer.pieces([EOS_ID])[0]
 
     @property
     def device(self) -> str:
@@ -318,27 +319,24 @@ class CTranslate2Engine:
         src = pad_sequences(sources)  # (B, S)
         limits = max_output_lengths(src, PAD_ID, options.max_len_a, options.max_len_b,
                                     self.config.model.max_positions - 1).tolist()
-        # Per sentence: (ids ending with EOS, log P from the search or None when unknown).
-        found: list[list[tuple[list[int], float | None]]] = [[([EOS_ID], None)] for _ in sources]  # limit 1
+        src_pieces = [self._pieces(s[:-1]) for s in sources]
+        # Per sentence: (output pieces without EOS, log P incl. EOS, or None where the search
+        # stopped at limit - 1 and EOS is still to be scored).
+        found: list[list[tuple[list[str], float | None]]] = [[([], None)] for _ in sources]  # limit 1: EOS only
         groups: dict[int, list[int]] = {}
         for i, limit in enumerate(limits):
             if limit > 1:  # a limit of 1 leaves EOS as the only output
                 groups.setdefault(limit, []).append(i)
+        eos = self._eos_piece
         for limit, idx in groups.items():
             out = self.translator.translate_batch(
-                [self._pieces(sources[i][:-1]) for i in idx], **self._search_args(options, limit),
+                [src_pieces[i] for i in idx], **self._search_args(options, limit),
                 max_decoding_length=limit - 1, min_decoding_length=0, return_end_token=True, return_scores=True,
                 max_input_length=0, suppress_sequences=self._forbidden or None)
             for i, result in zip(idx, out):
-                hyps: list[tuple[list[int], float | None]] = []
-                for pieces, score in zip(result.hypotheses, result.scores):
-                    ids = self.tgt_tokenizer.piece_ids(pieces)
-                    if ids and ids[-1] == EOS_ID:
-                        hyps.append((ids, score))
-                    elif all(ids + [EOS_ID] != h for h, _ in hyps):  # cut at limit - 1: EOS comes next
-                        hyps.append((ids + [EOS_ID], None))
-                found[i] = hyps
-        return self._ranked(sources, found, options)
+                found[i] = [(pieces[:-1], score) if pieces and pieces[-1] == eos else (pieces, None)
+                            for pieces, score in zip(result.hypotheses, result.scores)]
+        return self._ranked(src_pieces, found, options)
 
     def _search_args(self, options: SearchOptions, limit: int) -> dict:
         """CTranslate2's search options. Greedy search as it is. Beam search ranked by
@@ -353,41 +351,35 @@ class CTranslate2Engine:
             return {"beam_size": beam, "num_hypotheses": options.nbest, "length_penalty": 0.0}
         return {"beam_size": beam, "patience": float(limit), "num_hypotheses": beam * limit, "length_penalty": 0.0}
 
-    def _ranked(self, sources: list[list[int]], found: list[list[tuple[list[int], float | None]]],
+    def _ranked(self, src_pieces: list[list[str]], found: list[list[tuple[list[str], float | None]]],
                 options: SearchOptions) -> list[list[Hypothesis]]:
         """Rank each sentence's hypotheses by the native score and keep ``nbest``. Log P and
         the per-token log-probabilities come from forced decoding (``score_batch``): first of
         the hypotheses whose log P the search did not give (those cut at the limit), then of
         the kept ones."""
-        src_pieces = [self._pieces(s[:-1]) for s in sources]
-        known: dict[tuple[int, tuple[int, ...]], list[float]] = {}
-        self._score(src_pieces, [(i, ids) for i, hyps in enumerate(found) for ids, lp in hyps if lp is None], known)
-        kept: list[list[list[int]]] = []
+        cut = [(i, j) for i, hyps in enumerate(found) for j, (_, lp) in enumerate(hyps) if lp is None]
+        known = dict(zip(cut, self._score([src_pieces[i] for i, _ in cut], [found[i][j][0] for i, j in cut])))
+        kept = []
         for i, hyps in enumerate(found):
-            scored = [(ids, sum(known[(i, tuple(ids))]) if lp is None else lp) for ids, lp in hyps]
-            scored.sort(key=lambda h: _native_score(h[1], len(h[0]), options), reverse=True)
-            kept.append([ids for ids, _ in scored[:options.nbest]])
-        self._score(src_pieces, [(i, ids) for i, hyps in enumerate(kept) for ids in hyps
-                                 if (i, tuple(ids)) not in known], known)
-        results = []
-        for i, hyps in enumerate(kept):
-            out = []
-            for ids in hyps:
-                lps = known[(i, tuple(ids))]
-                out.append(Hypothesis(ids, lps, sum(lps), _native_score(sum(lps), len(ids), options)))
-            results.append(_top(out, options.nbest))
-        return results
+            logp = [sum(known[(i, j)]) if lp is None else lp for j, (_, lp) in enumerate(hyps)]
+            order = sorted(range(len(hyps)), key=lambda j: _native_score(logp[j], len(hyps[j][0]) + 1, options),
+                           reverse=True)
+            kept += [(i, j) for j in order[:options.nbest]]
+        todo = [(i, j) for i, j in kept if (i, j) not in known]
+        known.update(zip(todo, self._score([src_pieces[i] for i, _ in todo], [found[i][j][0] for i, j in todo])))
+        results: list[list[Hypothesis]] = [[] for _ in found]
+        for i, j in kept:
+            lps = known[(i, j)]
+            ids = self.tgt_tokenizer.piece_ids(found[i][j][0]) + [EOS_ID]
+            results[i].append(Hypothesis(ids, lps, sum(lps), _native_score(sum(lps), len(ids), options)))
+        return [_top(hs, options.nbest) for hs in results]
 
-    def _score(self, src_pieces: list[list[str]], pairs: list[tuple[int, list[int]]], known: dict) -> None:
-        """Forced decoding of (sentence index, output ids ending with EOS) pairs into ``known``:
-        the natural-log probability of each output token, EOS included."""
-        if not pairs:
-            return
-        results = self.translator.score_batch([src_pieces[i] for i, _ in pairs],
-                                              [self.tgt_tokenizer.pieces(ids[:-1]) for _, ids in pairs],
-                                              max_input_length=0)
-        for (i, ids), result in zip(pairs, results):
-            known[(i, tuple(ids))] = list(result.log_probs)
+    def _score(self, sources: list[list[str]], targets: list[list[str]]) -> list[list[float]]:
+        """Forced decoding: per pair, the natural-log probability of each target piece and of
+        the EOS after them."""
+        if not targets:
+            return []
+        return [list(r.log_probs) for r in self.translator.score_batch(sources, targets, max_input_length=0)]
 
 
 def _native_score(log_prob: float, length: int, options: SearchOptions) -> float:

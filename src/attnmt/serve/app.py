@@ -2,9 +2,20 @@
 
 Routes:
     ``POST /v1/translate``: ``{"text": str | [str], "beam_size"?, "nbest"?, "return_scores"?,
-    "return_attention"?}`` -> ``{"translations": [...]}`` in input order (:class:`TranslateResponse`).
+    "return_attention"?, "constraints"?, "alignments"?}`` -> ``{"translations": [...]}`` in input
+    order (:class:`TranslateResponse`); each hypothesis carries its confidence (mean token
+    log-probability, its words and their probabilities).
+    ``POST /v1/translate/stream``: the same for one sentence, answered with Server-Sent Events:
+    ``word`` events (``{"index", "word"}``) as the translation's words become final (greedy: each
+    step; beam search: the prefix all live hypotheses share; ``attnmt.serve.stream``), then one
+    ``done`` event whose data is the sentence's element of ``translations`` (or ``error``). A
+    client that goes away stops its sentence's search at the next step.
     ``GET /health``: 200 once the model is loaded, 503 before. ``GET /v1/models``: languages,
-    model and decoding settings, limits. ``GET /metrics``: Prometheus text. ``GET /``: the page.
+    engine, model and decoding settings, limits. ``GET /metrics``: Prometheus text. ``GET /``: the page.
+    ``POST /translate``, ``GET /languages``: LibreTranslate's API (``attnmt.serve.libre``).
+
+The translator may run any engine (``attnmt serve --engine``); an option the engine lacks
+(``return_attention`` on CTranslate2 or ONNX Runtime) is a 422 before any work.
 
 Errors are JSON ``{"detail": ...}``: 413 body over ``max_body_bytes``; 422 malformed JSON, wrong
 types, unknown fields, or a request over the sentence, character or beam limits; 503 (with
@@ -16,7 +27,8 @@ The model loads in a worker thread when the app starts, so ``/health`` answers a
 shutdown (uvicorn on SIGTERM stops accepting connections and lets open requests finish) the
 batcher finishes every queued sentence before the process ends.
 
-Library: FastAPI (routes, validation, OpenAPI at ``/docs``), Starlette (ASGI), pydantic.
+Library: FastAPI (routes, validation, OpenAPI at ``/docs``), Starlette (ASGI), pydantic,
+sse-starlette (Server-Sent Events).
 """
 
 from __future__ import annotations
@@ -28,22 +40,29 @@ import math
 import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
 from importlib import resources
 
 import torch
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
+from sse_starlette.sse import EventSourceResponse
 
-from attnmt.config import DEFAULT_ATTENTION_LAYER
-from attnmt.decode.translator import ScoredHypothesis, Translation, Translator
+from attnmt.config import DEFAULT_ALIGNMENT_LAYER, DEFAULT_ATTENTION_LAYER
+from attnmt.decode.alignment import format_alignment
+from attnmt.decode.engine import UnsupportedOption, check_supported
+from attnmt.decode.translator import Translation, Translator
+from attnmt.serve import libre
 from attnmt.serve.batcher import Closed, DynamicBatcher, Job, QueueFull
 from attnmt.serve.metrics import ServeMetrics
 from attnmt.serve.settings import ServeSettings
+from attnmt.serve.stream import StreamJob
 
 log = logging.getLogger(__name__)
 
 TRANSLATE_PATH = "/v1/translate"
+STREAM_PATH = "/v1/translate/stream"
 
 
 class TranslateRequest(BaseModel):
@@ -56,6 +75,16 @@ class TranslateRequest(BaseModel):
     nbest: int = Field(1, gt=0, description="hypotheses per sentence, best first (<= beam size)")
     return_scores: bool = Field(False, description="add each hypothesis' subword tokens and their probabilities")
     return_attention: bool = Field(False, description="add the best hypothesis' source attention")
+    constraints: list[str] | list[list[str]] | None = Field(
+        None, description="terms the translation must contain (lexically constrained beam search): a list of "
+        "phrases for a single text, or one list of phrases per text")
+    alignments: bool = Field(False, description="add the best hypothesis' word alignment (Moses 'i-j' pairs)")
+
+
+class TranslateStreamRequest(TranslateRequest):
+    """The body of ``POST /v1/translate/stream``: one sentence."""
+
+    text: str = Field(description="one sentence")
 
 
 class HypothesisOut(BaseModel):
@@ -64,6 +93,9 @@ class HypothesisOut(BaseModel):
     log_prob: float = Field(description="natural-log probability of the output, EOS included")
     tokens: list[str] | None = Field(None, description="output subwords, '</s>' last (with return_scores)")
     token_probs: list[float] | None = Field(None, description="probability of each token (with return_scores)")
+    mean_log_prob: float = Field(description="confidence: the mean natural-log probability per token, EOS included")
+    words: list[str] = Field(description="the words of text (split at whitespace)")
+    word_probs: list[float] = Field(description="confidence of each word: the product of its subwords' probabilities")
 
 
 class AttentionOut(BaseModel):
@@ -77,112 +109,213 @@ class TranslationOut(BaseModel):
     text: str = Field(description="the best translation")
     hypotheses: list[HypothesisOut] = Field(description="nbest hypotheses, best first")
     attention: AttentionOut | None = None
+    alignment: str | None = Field(None, description="with alignments: source-target word pairs of the best "
+                                  "hypothesis, 0-based, e.g. '0-0 1-2 2-1'")
+    warnings: list[str] | None = Field(None, description="e.g. constraints left out because they cannot fit")
 
 
 class TranslateResponse(BaseModel):
     translations: list[TranslationOut] = Field(description="one per input sentence, in input order")
 
 
+@dataclass
+class SentenceRequest:
+    """What one sentence of a request asks for besides the search options (a :class:`Job`'s
+    payload): its source ids (set when queued), its position in the request (from 1), the
+    attention, the word alignment, constraints, and the stream it feeds."""
+
+    attention: bool = False
+    alignments: bool = False
+    constraints: list[str] = field(default_factory=list)
+    stream: StreamJob | None = None
+    src_ids: list[int] = field(default_factory=list)
+    line: int = 1
+
+
 class TranslationService:
     """A loaded translator behind a dynamic batcher.
 
+    Requests with ``return_attention`` go to a batcher (and worker thread) of their own: their
+    extra forced-decoding pass never holds up the batches of the other requests.
+
     Args:
-        translator: the model; searched only in the batcher's worker thread.
+        translator: the model over any engine; searched only in the batchers' worker threads.
         settings: limits and batching parameters.
         metrics: where batches are recorded.
+        languages: (source, target) language codes, None where unknown (``/v1/models`` and the
+            LibreTranslate routes); default ``translator.config.languages()``.
     """
 
-    def __init__(self, translator: Translator, settings: ServeSettings, metrics: ServeMetrics):
+    def __init__(self, translator: Translator, settings: ServeSettings, metrics: ServeMetrics,
+                 languages: tuple[str | None, str | None] | None = None):
         self.translator = translator
         self.settings = settings
+        self.languages = languages or translator.config.languages()
         layers = translator.config.model.num_decoder_layers
         self.attention_layer = min(settings.attention_layer or DEFAULT_ATTENTION_LAYER, layers)
+        self.alignment_layer = min(DEFAULT_ALIGNMENT_LAYER, layers)
+        self.metrics = metrics
         self.batcher = DynamicBatcher(self._run_batch, settings.batch_tokens, settings.max_wait_ms,
                                       settings.max_queue, metrics.observe_batch)
-        metrics.queued.set_function(lambda: self.batcher.queued)
+        self.attention_batcher = DynamicBatcher(self._run_batch, settings.batch_tokens, settings.max_wait_ms,
+                                                settings.max_queue, metrics.observe_batch)
+        metrics.queued.set_function(lambda: self.batcher.queued + self.attention_batcher.queued)
+
+    def close(self) -> None:
+        """Finish every queued sentence, then stop the worker threads."""
+        self.batcher.close()
+        self.attention_batcher.close()
 
     def _run_batch(self, jobs: list[Job]) -> list[tuple[Translation, torch.Tensor | None]]:
-        beam_size, nbest = jobs[0].key
-        results = self.translator.translate([j.text for j in jobs], beam_size=beam_size, nbest=nbest,
-                                            batch_size=len(jobs))
-        return [(r, self._attention(j.text, r) if j.payload else None) for j, r in zip(jobs, results)]
+        """Search one batch (jobs of one key: beam size, n-best, attention); each job's
+        ``payload`` is its :class:`SentenceRequest` (source ids tokenised once by the request,
+        constraints, alignment, stream)."""
+        beam_size, nbest, attention = jobs[0].key
+        asks: list[SentenceRequest] = [j.payload for j in jobs]
+        src_ids = [a.src_ids for a in asks]
+        options = self.translator.options(beam_size, nbest, return_attention=attention)
+        warnings: dict[int, list[str]] = {}
+        if any(a.constraints for a in asks):
+            ids, warnings = self.translator.encode_constraints([a.constraints for a in asks], src_ids, options,
+                                                               [a.line for a in asks])
+            options = replace(options, constraints=ids)
+        streams = [a.stream for a in asks]
+        if any(streams):
+            options = replace(options, on_step=lambda i, tokens: streams[i].on_step(tokens) if streams[i] else False)
+        results = self.translator.translate_ids(src_ids, options, batch_size=len(jobs))
+        self.metrics.streams_stopped.inc(sum(s.stopped for s in streams if s is not None))
+        for k, (r, a) in enumerate(zip(results, asks)):
+            r.warnings = warnings.get(k, [])
+            if a.alignments and not (a.stream is not None and a.stream.stopped):
+                self.translator.align(a.src_ids, r, self.alignment_layer)
+        return [(r, self._attention(r) if a.attention else None) for r, a in zip(results, asks)]
 
-    def _attention(self, text: str, result: Translation) -> torch.Tensor:
+    def _attention(self, result: Translation) -> torch.Tensor:
         """Head average of the attention layer's source attention: float32 (T, S)."""
-        src_ids = self.translator.encode_sources([text])[0]
-        weights = self.translator.source_attention(src_ids, result.hypotheses[0].token_ids)  # (L, H, T, S)
-        return weights[self.attention_layer - 1].mean(dim=0)
+        return result.attention[self.attention_layer - 1].mean(dim=0)  # (L, H, T, S) -> (T, S)
 
-    async def translate(self, texts: list[str], beam_size: int, nbest: int, attention: bool
-                        ) -> list[tuple[Translation, torch.Tensor | None]]:
-        """Translate through the batcher; empty (or blank) strings at once.
+    def check(self, beam_size: int, nbest: int, attention: bool, constraints: bool = False,
+              streaming: bool = False) -> None:
+        """Refuse search options the engine lacks, before any work (alignments need attention).
+
+        Raises:
+            UnsupportedOption: e.g. attention or constraints with the ctranslate2 engine.
+            ValueError: nbest > beam.
+        """
+        engine = self.translator.engine
+        check_supported(engine, self.translator.options(beam_size, nbest, return_attention=attention))
+        for name, wanted in (("constraints", constraints), ("streaming", streaming)):
+            if wanted and name not in engine.supports:
+                raise UnsupportedOption(f"the {engine.name} engine does not support {name}")
+
+    async def submit(self, texts: list[str], beam_size: int, nbest: int, attention: bool,
+                     asks: list[SentenceRequest] | None = None) -> list[Job]:
+        """Queue the non-empty ``texts`` in a batcher, tokenised once in a worker thread (not on
+        the event loop); ``asks`` are their requests (default: attention as given). Requests that
+        need attention (``attention``, alignments) go to the attention batcher.
+
+        Raises:
+            QueueFull, Closed: from :meth:`DynamicBatcher.submit`.
+        """
+        loop = asyncio.get_running_loop()
+        asks = asks or [SentenceRequest(attention=attention) for _ in texts]
+        todo = [i for i, t in enumerate(texts) if t.strip()]
+        src_ids = await loop.run_in_executor(None, self.translator.encode_sources, [texts[i] for i in todo])
+        needs_attention = attention or any(a.alignments for a in asks)
+        for i, ids in zip(todo, src_ids):
+            asks[i].src_ids, asks[i].line = ids, i + 1
+        jobs = [Job(texts[i], len(ids), (beam_size, nbest, needs_attention), beam_size, asks[i], loop.create_future(),
+                    loop) for i, ids in zip(todo, src_ids)]
+        (self.attention_batcher if needs_attention else self.batcher).submit(jobs)
+        return jobs
+
+    async def results(self, texts: list[str], jobs: list[Job], attention: bool
+                      ) -> list[tuple[Translation, torch.Tensor | None]]:
+        """Wait for the jobs of :meth:`submit`; empty (or blank) strings give empty translations.
+
+        Raises:
+            TimeoutError: not done within ``request_timeout_s`` (the jobs are then dropped, as
+            when the waiting request is cancelled).
+        """
+        try:
+            done = await asyncio.wait_for(asyncio.gather(*(j.future for j in jobs)), self.settings.request_timeout_s)
+        except (TimeoutError, asyncio.CancelledError):
+            for job in jobs:
+                job.cancelled = True
+            raise
+        empty = Translator.empty()
+        results: list[tuple[Translation, torch.Tensor | None]] = [
+            (empty, torch.zeros(0, 0) if attention else None)] * len(texts)
+        for i, result in zip([i for i, t in enumerate(texts) if t.strip()], done):
+            results[i] = result
+        return results
+
+    async def translate(self, texts: list[str], beam_size: int, nbest: int, attention: bool,
+                        asks: list[SentenceRequest] | None = None) -> list[tuple[Translation, torch.Tensor | None]]:
+        """Translate through a batcher (:meth:`submit`, then :meth:`results`); empty (or blank)
+        strings at once.
 
         Raises:
             QueueFull, Closed: from :meth:`DynamicBatcher.submit`.
             TimeoutError: not done within ``request_timeout_s`` (the jobs are then dropped).
         """
-        loop = asyncio.get_running_loop()
-        todo = [i for i, t in enumerate(texts) if t.strip()]
-        lengths = [len(ids) for ids in self.translator.encode_sources([texts[i] for i in todo])]
-        jobs = [Job(texts[i], n, (beam_size, nbest), beam_size, attention, loop.create_future(), loop)
-                for i, n in zip(todo, lengths)]
-        self.batcher.submit(jobs)
-        try:
-            done = await asyncio.wait_for(asyncio.gather(*(j.future for j in jobs)), self.settings.request_timeout_s)
-        except TimeoutError:
-            for job in jobs:
-                job.cancelled = True
-            raise
-        empty = Translation([ScoredHypothesis("", [], [], [], 0.0, 0.0)])
-        results: list[tuple[Translation, torch.Tensor | None]] = [
-            (empty, torch.zeros(0, 0) if attention else None)] * len(texts)
-        for i, result in zip(todo, done):
-            results[i] = result
-        return results
+        return await self.results(texts, await self.submit(texts, beam_size, nbest, attention, asks), attention)
 
-    def respond(self, results: list[tuple[Translation, torch.Tensor | None]], scores: bool) -> TranslateResponse:
+    def respond(self, results: list[tuple[Translation, torch.Tensor | None]], scores: bool,
+                alignments: bool = False) -> TranslateResponse:
         """The JSON body for ``results`` (see :class:`TranslateResponse`)."""
         out = []
         for translation, weights in results:
-            hyps = [HypothesisOut(text=h.text, score=h.score, log_prob=h.log_prob,
-                                  tokens=h.pieces if scores else None,
-                                  token_probs=[math.exp(lp) for lp in h.token_log_probs] if scores else None)
-                    for h in translation.hypotheses]
+            hyps = []
+            for h in translation.hypotheses:
+                words, word_probs = self.translator.confidence(h)
+                hyps.append(HypothesisOut(text=h.text, score=h.score, log_prob=h.log_prob,
+                                          tokens=h.pieces if scores else None,
+                                          token_probs=[math.exp(lp) for lp in h.token_log_probs] if scores else None,
+                                          mean_log_prob=h.mean_log_prob, words=words, word_probs=word_probs))
             attention = None
             if weights is not None:
                 best = translation.hypotheses[0]
                 attention = AttentionOut(layer=self.attention_layer, src_tokens=translation.src_pieces,
                                          tgt_tokens=best.pieces, weights=weights[:len(best.pieces)].tolist())
-            out.append(TranslationOut(text=translation.text, hypotheses=hyps, attention=attention))
+            alignment = format_alignment(translation.alignment or []) if alignments else None
+            out.append(TranslationOut(text=translation.text, hypotheses=hyps, attention=attention,
+                                      alignment=alignment, warnings=translation.warnings or None))
         return TranslateResponse(translations=out)
 
     def describe(self, name: str) -> dict:
-        """The ``/v1/models`` entry: languages, model size, decoding defaults, limits."""
-        config, tr = self.translator.config, self.translator
-        pair = config.data.pair.split("-") if config.data.pair else [None, None]
-        m = config.model
-        return {"id": name, "source_language": pair[0], "target_language": pair[-1],
+        """The ``/v1/models`` entry: languages, engine, model size, decoding defaults, limits
+        (any model directory: trained, imported or exported)."""
+        config, tr, engine = self.translator.config, self.translator, self.translator.engine
+        m, dc = config.model, config.decode
+        return {"id": name, "source_language": self.languages[0], "target_language": self.languages[1],
+                "engine": {"name": engine.name, "device": engine.device, "precision": tr.precision,
+                           "supports": sorted(engine.supports)},
                 "model": {"d_model": m.d_model, "num_heads": m.num_heads, "d_ff": m.d_ff,
                           "num_encoder_layers": m.num_encoder_layers, "num_decoder_layers": m.num_decoder_layers,
                           "src_vocab_size": tr.src_tokenizer.vocab_size, "tgt_vocab_size": tr.tgt_tokenizer.vocab_size},
-                "decode": {"beam_size": config.decode.beam_size, "length_penalty": config.decode.length_penalty,
+                "decode": {"beam_size": dc.beam_size, "length_penalty": dc.length_penalty,
+                           "length_penalty_type": dc.length_penalty_type, "length_penalty_k": dc.length_penalty_k,
                            "precision": tr.precision, "attention": tr.attention_kind},
-                "attention_layer": self.attention_layer, "limits": self.settings.model_dump()}
+                "attention_layer": self.attention_layer, "alignment_layer": self.alignment_layer,
+                "limits": self.settings.model_dump()}
 
 
 class _AppState:
     """What the routes share: the service once loaded, or why loading failed."""
 
-    def __init__(self, loader: Callable[[], Translator], settings: ServeSettings):
+    def __init__(self, loader: Callable[[], Translator], settings: ServeSettings,
+                 languages: tuple[str | None, str | None] | None = None):
         self.loader = loader
         self.settings = settings
+        self.languages = languages
         self.metrics = ServeMetrics()
         self.service: TranslationService | None = None
         self.error: str | None = None
 
     def load(self) -> None:
         try:
-            self.service = TranslationService(self.loader(), self.settings, self.metrics)
+            self.service = TranslationService(self.loader(), self.settings, self.metrics, self.languages)
             log.info("model loaded; ready")
         except Exception as e:  # noqa: BLE001  (reported by /health; the server stays up to say so)
             log.exception("loading the model failed")
@@ -227,7 +360,7 @@ class RequestGuard:
                 return
             await self.app(scope, _replay(body, receive), send_recording)
         finally:
-            if scope["path"] == TRANSLATE_PATH:
+            if scope["path"] in (TRANSLATE_PATH, STREAM_PATH):
                 self.state.metrics.observe_request(status["code"], started)
 
 
@@ -270,15 +403,19 @@ async def _send_json(send, code: int, body: dict) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
-def create_app(loader: Callable[[], Translator], settings: ServeSettings | None = None, name: str = "model") -> FastAPI:
-    """The FastAPI app; ``loader`` runs in a worker thread at startup and returns the translator.
+def create_app(loader: Callable[[], Translator], settings: ServeSettings | None = None, name: str = "model",
+               languages: tuple[str | None, str | None] | None = None) -> FastAPI:
+    """The FastAPI app; ``loader`` runs in a worker thread at startup and returns the translator
+    (over any engine).
 
     Args:
         loader: e.g. ``lambda: Translator.from_dir(path)``.
         settings: limits and batching; defaults when None.
         name: the model's id in ``/v1/models``.
+        languages: the model's (source, target) language codes (``attnmt.rundir.model_languages``);
+            default the translator's config.
     """
-    state = _AppState(loader, settings or ServeSettings())
+    state = _AppState(loader, settings or ServeSettings(), languages)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -289,13 +426,14 @@ def create_app(loader: Callable[[], Translator], settings: ServeSettings | None 
         finally:
             await loading
             if state.service is not None:  # finish what is queued
-                await loop.run_in_executor(None, state.service.batcher.close)
+                await loop.run_in_executor(None, state.service.close)
 
     app = FastAPI(title="attnmt", summary="Transformer translation with dynamic batching", lifespan=lifespan)
     app.add_middleware(RequestGuard, state=state)
     app.state.attnmt = state
     _add_info_routes(app, state, name)
     _add_translate_route(app, state)
+    libre.add_routes(app, state.ready)
     return app
 
 
@@ -334,18 +472,10 @@ def _add_translate_route(app: FastAPI, state: _AppState) -> None:
     async def translate(request: TranslateRequest) -> TranslateResponse:
         """Translate one sentence or a list of them (each on its own), in input order."""
         service, s = state.ready(), state.settings
-        texts = [request.text] if isinstance(request.text, str) else request.text
-        beam_size = request.beam_size or service.translator.config.decode.beam_size
-        problem = (f"{len(texts)} sentences; at most {s.max_sentences}" if len(texts) > s.max_sentences else
-                   f"beam_size {beam_size} is over the limit {s.max_beam_size}" if beam_size > s.max_beam_size else
-                   f"nbest {request.nbest} is larger than beam_size {beam_size}" if request.nbest > beam_size else
-                   next((f"sentence {i} has {len(t)} characters; at most {s.max_chars}"
-                         for i, t in enumerate(texts) if len(t) > s.max_chars), None))
-        if problem:
-            raise HTTPException(422, problem)
+        texts, beam_size, asks = _checked(request, service, s)
         retry = {"Retry-After": str(s.retry_after_s)}
         try:
-            results = await service.translate(texts, beam_size, request.nbest, request.return_attention)
+            results = await service.translate(texts, beam_size, request.nbest, request.return_attention, asks)
         except QueueFull as e:
             raise HTTPException(503, f"too busy: {e}", headers=retry) from None
         except Closed as e:
@@ -353,4 +483,101 @@ def _add_translate_route(app: FastAPI, state: _AppState) -> None:
         except TimeoutError:
             raise HTTPException(504, f"not translated within {s.request_timeout_s} s") from None
         state.metrics.sentences.inc(len(texts))
-        return service.respond(results, request.return_scores)
+        return service.respond(results, request.return_scores, request.alignments)
+
+    @app.post(STREAM_PATH, response_class=EventSourceResponse,
+              responses={200: {"content": {"text/event-stream": {}},
+                               "description": "word events, then a done event (or an error event)"},
+                         413: {"description": "body too large"}, 422: {"description": "invalid or over a limit"},
+                         503: {"description": "loading, queue full or shutting down"}})
+    async def translate_stream(request: TranslateStreamRequest) -> EventSourceResponse:
+        """Translate one sentence, sending its words as they become final (Server-Sent Events)."""
+        service, s = state.ready(), state.settings
+        texts, beam_size, asks = _checked(request, service, s, streaming=True)
+        asks[0].stream = StreamJob(service.translator.tgt_tokenizer.decode, asyncio.get_running_loop())
+        try:
+            jobs = await service.submit(texts, beam_size, request.nbest, request.return_attention, asks)
+        except (QueueFull, Closed) as e:
+            raise HTTPException(503, f"too busy: {e}" if isinstance(e, QueueFull) else str(e),
+                                headers={"Retry-After": str(s.retry_after_s)}) from None
+        return EventSourceResponse(_stream_events(state, service, request, texts, jobs, asks[0].stream))
+
+
+def _checked(request: TranslateRequest, service: TranslationService, s: ServeSettings, streaming: bool = False
+             ) -> tuple[list[str], int, list[SentenceRequest]]:
+    """The texts, the beam size and each sentence's :class:`SentenceRequest`; a 422 for a request
+    over a limit, with constraints that do not match its texts, or asking what the engine lacks."""
+    texts = [request.text] if isinstance(request.text, str) else request.text
+    beam_size = request.beam_size or service.translator.config.decode.beam_size
+    constraints = request.constraints
+    if constraints is not None:  # one list of phrases per text
+        flat = all(isinstance(c, str) for c in constraints)
+        constraints = ([constraints] if flat else None) if isinstance(request.text, str) else \
+            (None if flat and constraints else constraints)
+    problem = (f"{len(texts)} sentences; at most {s.max_sentences}" if len(texts) > s.max_sentences else
+               f"beam_size {beam_size} is over the limit {s.max_beam_size}" if beam_size > s.max_beam_size else
+               f"nbest {request.nbest} is larger than beam_size {beam_size}" if request.nbest > beam_size else
+               "constraints: a list of phrases for a single text, one list of phrases per text for a list of texts"
+               if request.constraints is not None and (constraints is None or len(constraints) != len(texts)) else
+               next((f"sentence {i} has {len(t)} characters; at most {s.max_chars}"
+                     for i, t in enumerate(texts) if len(t) > s.max_chars), None))
+    if problem:
+        raise HTTPException(422, problem)
+    try:
+        service.check(beam_size, request.nbest, request.return_attention or request.alignments,
+                      constraints=bool(constraints and any(constraints)), streaming=streaming)
+    except UnsupportedOption as e:
+        raise HTTPException(422, str(e)) from None
+    return texts, beam_size, [SentenceRequest(request.return_attention, request.alignments,
+                                              list(constraints[i]) if constraints else []) for i in range(len(texts))]
+
+
+async def _stream_events(state: _AppState, service: TranslationService, request: TranslateStreamRequest,
+                         texts: list[str], jobs: list[Job], stream: StreamJob):
+    """The events of one streamed sentence (module docstring). When the client goes away the
+    generator is cancelled: the job is dropped from the queue, or its search stopped."""
+    sent = 0
+
+    def word_events(new: list[str]) -> list[dict]:
+        nonlocal sent
+        events = [{"event": "word", "data": json.dumps({"index": sent + k, "word": w}, ensure_ascii=False)}
+                  for k, w in enumerate(new)]
+        sent += len(new)
+        return events
+
+    state.metrics.streams_open.inc()
+    waiting = asyncio.ensure_future(service.results(texts, jobs, request.return_attention))
+    try:
+        while True:
+            getter = asyncio.ensure_future(stream.queue.get())
+            done, _ = await asyncio.wait({getter, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            if getter in done:
+                for event in word_events(getter.result()):
+                    yield event
+                continue
+            getter.cancel()
+            while not stream.queue.empty():  # words reported before the search ended
+                for event in word_events(stream.queue.get_nowait()):
+                    yield event
+            try:
+                [result] = waiting.result()
+            except TimeoutError:
+                detail = f"not translated within {state.settings.request_timeout_s} s"
+                yield {"event": "error", "data": json.dumps({"detail": detail})}
+                return
+            except Exception as e:  # noqa: BLE001  (a failed batch: reported to this client)
+                yield {"event": "error", "data": json.dumps({"detail": f"{type(e).__name__}: {e}"})}
+                return
+            for event in word_events(stream.words.update(result[0].hypotheses[0].token_ids, final=True)):
+                yield event
+            state.metrics.sentences.inc()
+            body = service.respond([result], request.return_scores, request.alignments).translations[0]
+            yield {"event": "done", "data": body.model_dump_json(exclude_none=True)}
+            return
+    finally:
+        state.metrics.streams_open.dec()
+        if not waiting.done():  # the client went away: drop the job, stop its search
+            stream.cancelled = True
+            for job in jobs:
+                job.cancelled = True
+            waiting.cancel()

@@ -1,0 +1,126 @@
+"""A LibreTranslate-compatible face of ``attnmt serve``, so that existing LibreTranslate
+clients work unchanged (``libretranslatepy``, ``deep-translator``'s ``LibreTranslator``).
+
+Routes (the request and error shapes of LibreTranslate's API):
+    ``POST /translate``: ``q`` (a string, or with a JSON body a list of strings), ``source``
+    (a language code, or ``auto``: the model's source language), ``target``, ``format``
+    (``text``; default text), ``api_key`` (ignored). The fields come from a JSON body, or from
+    the query string and a form body (urlencoded or multipart). Answers
+    ``{"translatedText": str | [str]}`` (with ``"detectedLanguage"`` for ``auto``). Each line
+    of a text is translated as a sentence of its own; empty lines stay empty.
+    ``GET /languages``: ``[{"code", "name", "targets"}]``: the model's source language with its
+    target, and the target language (no targets).
+
+Errors are ``{"error": message}``: 400 for a missing field, a language the model does not
+serve (``"fr is not supported"``), a pair it does not translate, a format other than text, or
+a request over the server's limits; 503 while loading or when the queue is full; 504 on time
+out.
+
+Library: FastAPI / Starlette (python-multipart reads form bodies), Babel (language names).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from babel import Locale
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
+
+from attnmt.serve.batcher import Closed, QueueFull
+
+
+def language_name(code: str) -> str:
+    """The English name of a language code (CLDR data through Babel), else the code itself."""
+    return Locale("en").languages.get(code.replace("-", "_"), code)
+
+
+def _error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status, headers=headers)
+
+
+async def _fields(request: Request) -> dict | None:
+    """The request's fields: a JSON object body, else the query string and form fields (None:
+    a JSON body that is not an object)."""
+    if request.headers.get("content-type", "").split(";")[0].strip() == "application/json":
+        try:
+            body = json.loads(await request.body() or b"null")
+        except ValueError:
+            return None
+        return body if isinstance(body, dict) else None
+    fields = dict(request.query_params)
+    if request.headers.get("content-type", "").startswith(("application/x-www-form-urlencoded", "multipart/form-data")):
+        form = await request.form()
+        fields.update({k: v for k, v in form.items() if isinstance(v, str)})
+    return fields
+
+
+def add_routes(app: FastAPI, ready: Callable) -> None:
+    """Add ``POST /translate`` and ``GET /languages`` to ``app``; ``ready()`` returns the
+    ``TranslationService`` or raises the HTTPException of a server still loading."""
+
+    @app.get("/languages", tags=["LibreTranslate"])
+    async def languages() -> Response:
+        """The model's languages, LibreTranslate's shape."""
+        try:
+            source, target = ready().languages
+        except HTTPException as e:
+            return _error(e.status_code, str(e.detail), e.headers)
+        out = [{"code": code, "name": language_name(code), "targets": [target] if code == source and target else []}
+               for code in dict.fromkeys(c for c in (source, target) if c)]
+        return JSONResponse(out)
+
+    @app.post("/translate", tags=["LibreTranslate"])
+    async def translate(request: Request) -> Response:
+        """Translate ``q`` from ``source`` to ``target`` (module docstring)."""
+        try:
+            service = ready()
+        except HTTPException as e:
+            return _error(e.status_code, str(e.detail), e.headers)
+        fields = await _fields(request)
+        if fields is None:
+            return _error(400, "Invalid request: the JSON body must be an object")
+        for name in ("q", "source", "target"):
+            if not fields.get(name):
+                return _error(400, f"Invalid request: missing {name} parameter")
+        q, source, target = fields["q"], fields["source"], fields["target"]
+        texts = q if isinstance(q, list) else [q]
+        if not all(isinstance(t, str) for t in texts) or not all(isinstance(v, str) for v in (source, target)):
+            return _error(400, "Invalid request: q, source and target must be strings (q may be a list of strings)")
+        served_source, served_target = service.languages
+        detected = source == "auto"
+        if detected:
+            source = served_source or source
+        for code in (source, target):
+            if code not in (served_source, served_target):
+                return _error(400, f"{code} is not supported")
+        if (source, target) != (served_source, served_target):
+            return _error(400, f"{language_name(target)} ({target}) is not available as a target language from "
+                               f"{language_name(source)} ({source})")
+        text_format = fields.get("format") or "text"
+        if text_format != "text":
+            return _error(400, f"{text_format} format is not supported")
+        lines = [line for text in texts for line in text.splitlines() or [""]]
+        s = service.settings
+        if len(lines) > s.max_sentences:
+            return _error(400, f"Invalid request: request ({len(lines)}) exceeds text limit ({s.max_sentences})")
+        longest = max(map(len, lines))
+        if longest > s.max_chars:
+            return _error(400, f"Invalid request: request ({longest}) exceeds text limit ({s.max_chars})")
+        try:
+            results = await service.translate(lines, service.translator.config.decode.beam_size, 1, False)
+        except (QueueFull, Closed) as e:
+            return _error(503, f"Slowdown: {e}", {"Retry-After": str(s.retry_after_s)})
+        except TimeoutError:
+            return _error(504, f"not translated within {s.request_timeout_s} s")
+        out, at = [], 0
+        for text in texts:
+            n = len(text.splitlines() or [""])
+            out.append("\n".join(r.text for r, _ in results[at: at + n]))
+            at += n
+        body: dict = {"translatedText": out if isinstance(q, list) else out[0]}
+        if detected:
+            body["detectedLanguage"] = ([{"confidence": 100.0, "language": source}] * len(texts)
+                                        if isinstance(q, list) else {"confidence": 100.0, "language": source})
+        return JSONResponse(body)
