@@ -54,7 +54,8 @@ def test_translations_in_input_order_equal_one_by_one(client, translator):
         assert t["text"] == alone.text and t["hypotheses"][0]["tokens"] == alone.pieces
         assert t["hypotheses"][0]["score"] == pytest.approx(alone.score, abs=1e-4)
     assert out[5] == {"text": "", "hypotheses": [{"text": "", "score": 0.0, "log_prob": 0.0, "tokens": [],
-                                                    "token_probs": []}]}
+                                                    "token_probs": [], "mean_log_prob": 0.0, "words": [],
+                                                    "word_probs": []}]}
     single = client.post("/v1/translate", json={"text": SENTENCES[0]}).json()["translations"]
     assert [t["text"] for t in single] == [out[0]["text"]] and "tokens" not in single[0]["hypotheses"][0]
 
