@@ -87,7 +87,14 @@ def run(cmd: list[str], log) -> str:
 
 
 def train_and_score(name: str, cfg: dict, work: Path, data: Path, log) -> dict:
-    path, out = work / f"{name}.yaml", work / name
+    """Train one run into ``work/name`` and score it on the test set; a run whose row
+    ``work/name.json`` exists (a finished earlier invocation on the same work directory) is
+    reused."""
+    path, out, saved = work / f"{name}.yaml", work / name, work / f"{name}.json"
+    if saved.is_file():
+        row = json.loads(saved.read_text(encoding="utf-8"))
+        print(json.dumps(row), flush=True)
+        return row
     path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
     t0 = time.monotonic()
     result = json.loads(run([sys.executable, "-m", "attnmt", "train", str(path), "--output", str(out)], log)
@@ -103,6 +110,7 @@ def train_and_score(name: str, cfg: dict, work: Path, data: Path, log) -> dict:
     row = {"run": name, "updates": result["steps"], "train_minutes": round(minutes, 1), "test_minutes": round(test_minutes, 1),
            "test_bleu": round(scores["bleu"], 2), "test_chrf": round(scores["chrf"], 2),
            "valid": [(r["step"], round(r["valid_bleu"], 2)) for r in valid if r["valid_bleu"] is not None]}
+    saved.write_text(json.dumps(row) + "\n", encoding="utf-8")
     print(json.dumps(row), flush=True)
     return row
 
@@ -116,6 +124,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=150, help="warmup updates of the runs from scratch")
     p.add_argument("--finetune-lr", type=float, default=0.0008, help="peak rate of the fine-tuning run")
     p.add_argument("--finetune-warmup", type=int, default=50)
+    p.add_argument("--finetune-schedule", choices=["inverse_sqrt", "constant"], default="inverse_sqrt",
+                   help="the fine-tuning run's schedule after its warmup (a run named A_then_B_constant for constant)")
     p.add_argument("--valid-every", type=int, default=200)
     p.add_argument("--seed", type=int, default=1, help="seed of the A/B split")
     p.add_argument("--work", help="work directory (default: a new temporary one)")
@@ -132,8 +142,11 @@ def main() -> None:
     half = args.updates // 2
     with open(work / "commands.log", "a", encoding="utf-8") as log:
         a = train_and_score("halfA", config(halves["A"], data, args, half, args.lr, args.warmup), work, data, log)
-        ft = train_and_score("A_then_B", config(halves["B"], data, args, args.updates - half, args.finetune_lr,
-                                                args.finetune_warmup, init_from=work / "halfA"), work, data, log)
+        ft_config = config(halves["B"], data, args, args.updates - half, args.finetune_lr, args.finetune_warmup,
+                           init_from=work / "halfA")
+        ft_config["train"]["schedule"] = args.finetune_schedule
+        ft_name = "A_then_B" + ("" if args.finetune_schedule == "inverse_sqrt" else f"_{args.finetune_schedule}")
+        ft = train_and_score(ft_name, ft_config, work, data, log)
         b = train_and_score("B_alone", config(halves["B"], data, args, args.updates, args.lr, args.warmup), work,
                             data, log)
     print("| run | updates | training minutes | test BLEU | test chrF |")
