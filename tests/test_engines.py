@@ -1,0 +1,150 @@
+"""One engine interface: CTranslate2 (float32) and ONNX Runtime translate as the native engine
+does, for every length penalty, greedy and beam search, mixed lengths in one batch, and where the
+length limit binds; their token log-probabilities are the model's.
+
+The model is the toy German->English dictionary model of conftest (trained in the session).
+With ``ATTNMT_TEST_MODEL`` set to a model directory (e.g. the Multi30k de->en preset's run) and
+``ATTNMT_DATA`` holding Multi30k, the same checks run on 100 test2016 sentences with it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from attnmt.data.tokenizers import EOS_ID
+from attnmt.decode.engine import Engine, SearchOptions, UnsupportedOption, check_supported
+from attnmt.decode.translator import Translator
+from tests.conftest import GERMAN_ENGLISH, multi30k_data
+
+pytest.importorskip("ctranslate2")
+pytest.importorskip("onnxruntime")
+
+# (name, search options): every native length penalty, greedy and beam 4.
+SETTINGS = [(f"{name} beam {beam}", dict(beam_size=beam, **kw))
+            for beam in (1, 4)
+            for name, kw in (("gnmt 0.6 k 5", dict(length_penalty_type="gnmt", length_penalty=0.6, length_penalty_k=5.0)),
+                             ("gnmt 1.4 k 5", dict(length_penalty_type="gnmt", length_penalty=1.4, length_penalty_k=5.0)),
+                             ("average", dict(length_penalty_type="average")))]
+
+
+def _engines(model_dir: Path, tmp: Path) -> dict[str, Translator]:
+    from attnmt.interop.ctranslate2 import CTranslate2Translator, export_ctranslate2
+    from attnmt.interop.onnx import OnnxTranslator, export_onnx
+
+    return {"native": Translator.from_dir(model_dir, device="cpu"),
+            "ctranslate2": CTranslate2Translator(export_ctranslate2(model_dir, tmp / "ct2")),
+            "onnxruntime": OnnxTranslator(export_onnx(model_dir, tmp / "onnx"))}
+
+
+def _toy_sentences(n: int) -> list[str]:
+    """Mixed lengths, 1 to 12 words (some longer than anything seen in training)."""
+    rng, words = random.Random(11), sorted(GERMAN_ENGLISH)
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(1, 12))) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def toy(dictionary_model_dir, tmp_path_factory):
+    return _engines(dictionary_model_dir, tmp_path_factory.mktemp("engines")), _toy_sentences(100)
+
+
+def _compare(engines: dict[str, Translator], sentences: list[str], options: SearchOptions, label: str,
+             batch_size: int = 32) -> None:
+    """>= 99% of sentences with the native token ids (each difference printed), and every
+    hypothesis' token log-probabilities those of forced decoding under the native model."""
+    native = engines["native"]
+    expected = native.translate(sentences, options=options, batch_size=batch_size)
+    src_ids = native.encode_sources(sentences)
+    for name in ("ctranslate2", "onnxruntime"):
+        got = engines[name].translate(sentences, options=options, batch_size=batch_size)
+        same = 0
+        for s, a, b in zip(sentences, expected, got):
+            if a.hypotheses[0].token_ids == b.hypotheses[0].token_ids:
+                same += 1
+                assert b.hypotheses[0].score == pytest.approx(a.hypotheses[0].score, abs=1e-3)
+            else:
+                print(f"{label}, {name} differs on {s!r}:\n  native {a.hypotheses[0].score:.4f} {a.text!r}\n"
+                      f"  {name} {b.hypotheses[0].score:.4f} {b.text!r}")
+        assert same >= 0.99 * len(sentences), f"{label}: {name} equals native on {same} of {len(sentences)}"
+        forced = native.engine.forced_log_probs(src_ids, [t.hypotheses[0].token_ids for t in got])
+        for t, lps in zip(got, forced):
+            h = t.hypotheses[0]
+            assert h.token_ids[-1] == EOS_ID and h.pieces[-1] == "</s>"  # EOS, also where the limit stopped it
+            assert h.token_log_probs == pytest.approx(lps, abs=1e-3)
+            assert h.log_prob == pytest.approx(sum(h.token_log_probs), abs=1e-4)
+
+
+@pytest.mark.parametrize("label, settings", SETTINGS, ids=[s[0] for s in SETTINGS])
+def test_engines_equal_native(toy, label, settings):
+    engines, sentences = toy
+    _compare(engines, sentences, engines["native"].options(**settings), label)
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_engines_equal_native_where_the_length_limit_binds(toy, beam_size):
+    """Output limit 0.5 x source length + 1: most hypotheses end at the limit (with EOS, as
+    natively, and with no '</s>' beyond the tokens they have)."""
+    engines, sentences = toy
+    options = engines["native"].options(beam_size, 1, 1.4, max_len_a=0.5, max_len_b=1)
+    native = engines["native"].translate(sentences, options=options)
+    limits = [int(0.5 * len(ids) + 1) for ids in engines["native"].encode_sources(sentences)]
+    assert sum(len(t.hypotheses[0].token_ids) == n for t, n in zip(native, limits)) >= 50
+    _compare(engines, sentences, options, f"limit binds, beam {beam_size}")
+
+
+def test_nbest_and_empty_lines_alike(toy):
+    engines, sentences = toy
+    texts = ["", sentences[3], " ", sentences[7]]
+    out = {name: tr.translate(texts, beam_size=4, nbest=3) for name, tr in engines.items()}
+    for name, translations in out.items():
+        assert [len(t.hypotheses) for t in translations] == [3, 3, 3, 3]
+        assert [h.text for h in translations[0].hypotheses + translations[2].hypotheses] == [""] * 6
+        assert [[h.token_ids for h in t.hypotheses] for t in translations[1::2]] == \
+            [[h.token_ids for h in t.hypotheses] for t in out["native"][1::2]], name
+
+
+def test_unsupported_option_is_one_line_before_any_work(toy):
+    engines, _ = toy
+    for name in ("ctranslate2", "onnxruntime"):
+        engine = engines[name].engine
+        assert isinstance(engine, Engine)
+        with pytest.raises(UnsupportedOption, match=f"^the {name} engine does not support return_attention$"):
+            engines[name].translate(["ein mann"], return_attention=True)
+        with pytest.raises(UnsupportedOption, match="attention weights"):
+            engines[name].attention([5, 2], [2])
+    check_supported(engines["native"].engine, SearchOptions(beam_size=2, return_attention=True))
+    with pytest.raises(ValueError, match="nbest"):
+        SearchOptions(beam_size=2, nbest=3)
+
+
+def test_trainer_validation_decodes_as_translate(dictionary_model_dir):
+    """The trainer's validation translations are ``attnmt translate``'s greedy ones."""
+    from attnmt.search.batched import translate_ids
+
+    tr = Translator.from_dir(dictionary_model_dir, device="cpu")
+    sentences = _toy_sentences(20)
+    ids = tr.encode_sources(sentences)
+    options = SearchOptions.from_config(tr.config.decode, beam_size=1)
+    hyps = translate_ids(tr.model, ids, options, batch_size=7)
+    assert [tr.tgt_tokenizer.decode(h.tokens[:-1]) for [h] in hyps] == \
+        [t.text for t in tr.translate(sentences, beam_size=1, batch_size=5)]
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    model, data = os.environ.get("ATTNMT_TEST_MODEL"), multi30k_data()
+    if not model or data is None:
+        pytest.skip("set ATTNMT_TEST_MODEL to a Multi30k de->en model directory and ATTNMT_DATA")
+    with gzip.open(data / "multi30k" / "test_2016_flickr.de.gz", "rt", encoding="utf-8") as f:
+        sentences = [line.strip() for line in f][:100]
+    return _engines(Path(model), tmp_path_factory.mktemp("real")), sentences
+
+
+@pytest.mark.parametrize("label, settings", SETTINGS, ids=[s[0] for s in SETTINGS])
+def test_engines_equal_native_on_multi30k(real, label, settings):
+    engines, sentences = real
+    _compare(engines, sentences, engines["native"].options(**settings), label)
