@@ -110,6 +110,11 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="first N sentences only")
     ap.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "work" / "web")
     ap.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
+    ap.add_argument("--quantizations", default="float32,int8", help="exports to measure, comma-separated")
+    ap.add_argument("--servers", default="plain,coop-coep", help="plain: no headers (one thread); coop-coep: "
+                    "cross-origin isolated (threads)")
+    ap.add_argument("--threads", type=int, default=1, help="native attnmt translate's threads (the page: 1, or "
+                    "up to 4 with the COOP/COEP headers)")
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -121,21 +126,19 @@ def main() -> None:
     args.work.mkdir(parents=True)
     src = args.work / "src.txt"
     src.write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
-    sites = {q: export_web(args.model, args.work / f"site-{q}", q) for q in ("float32", "int8")}
+    sites = {q: export_web(args.model, args.work / f"site-{q}", q) for q in args.quantizations.split(",")}
 
     rows, native = [], {}
     for beam in (1, 5):
-        for threads in (1, 2):
-            seconds, out = _native(args.model, src, beam, threads)
-            native[beam] = out
-            rows.append({"what": f"native attnmt translate, {threads} thread{'s' if threads > 1 else ''}",
-                         "beam": beam, "sent_per_s": len(sentences) / seconds,
-                         "bleu": corpus_scores(out, refs)["bleu"]})
+        seconds, out = _native(args.model, src, beam, args.threads)
+        native[beam] = out
+        rows.append({"what": f"native attnmt translate, {args.threads} thread{'s' if args.threads > 1 else ''}",
+                     "beam": beam, "sent_per_s": len(sentences) / seconds, "bleu": corpus_scores(out, refs)["bleu"]})
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=args.chromium, headless=True, args=CHROMIUM_FLAGS)
         for q, site in sites.items():
             model_mib, total_mib = _size_mib(site)
-            for isolated in (False, True):
+            for isolated in [name == "coop-coep" for name in args.servers.split(",")]:
                 server, url = _serve(site, isolated)
                 for beam in (1, 5):
                     first, seconds, out, threads = _page_run(browser, url, sentences, beam)
