@@ -209,6 +209,10 @@ def test_finetuning_own_run_starts_at_its_validation_loss(corpus, tmp_path):
     assert start["step"] == 0 and start["valid_bleu"] is not None
     assert start["valid_loss"] == pytest.approx(best["valid_loss"], abs=1e-4)
     assert (tmp_path / "tuned" / "spm.model").read_bytes() == (tmp_path / "general" / "spm.model").read_bytes()
+    tuned["train"].update(max_steps=2, valid_every=1)  # resumed: no second start, no second step 0
+    train(config_from_dict(tuned), tmp_path / "tuned", resume=True, progress=False)
+    assert [r["step"] for r in _records(tmp_path / "tuned", "valid")] == [0, 1, 2]
+    assert len(_records(tmp_path / "tuned", "init_from")) == 1
 
 
 def test_freeze_groups_and_patterns():
