@@ -118,4 +118,6 @@ window.attnmt = {
   /** The whole result: text, token ids, pieces, source pieces, attention, score, ms. */
   translateFull: translate,
   threads: () => ort.env.wasm.numThreads,
+  /** The loaded Translator (translator.js), once ready. */
+  translator: () => translator,
 };
