@@ -149,4 +149,5 @@ def test_readme_sentence_content_words_align():
     t = tr.translate([sentence], alignments=True)[0]
     src, tgt = sentence.split(), t.text.split()
     links = {(src[i].strip(".,"), tgt[j].strip(".,").lower()) for i, j in t.alignment}
-    assert {("Mann", "man"), ("Fahrrad", "bike"), ("Straße", "street")} <= links, (t.text, links)
+    bike = "bicycle" if "bicycle" in t.text else "bike"
+    assert {("Mann", "man"), ("Fahrrad", bike), ("Straße", "street")} <= links, (t.text, links)

@@ -1,0 +1,198 @@
+"""Control over the output on Multi30k de->en: constraints, alignments (docs/control.md).
+
+Three measurements with a trained de->en model directory, in one process:
+
+1. Terminology constraints on the first ``--sentences`` sentences of test_2016_flickr. Each
+   sentence gets 1 or 2 phrases (chosen at random, seeded) drawn from its reference: a
+   reference word (punctuation stripped, at least 3 letters) that the unconstrained output
+   lacks, taken alone or, at random, with the reference word after it as a bigram; where the
+   output already has every reference word, any reference word. Reported: the share of
+   phrases present in the constrained output (as token ids, and as text), BLEU (sacreBLEU)
+   with and without the constraints, and the decode seconds of both (beam ``--beam-size``).
+2. The alignment layer: word alignments (``attnmt.decode.alignment``) of each decoder layer on
+   the reference translations (forced decoding) of hand-checked test_2016 sentences against
+   hand-made links of their content words (:data:`GOLD`); the share of annotated target words
+   whose aligned source word is a gold one, per layer.
+3. The README sentence "Ein Mann fährt mit dem Fahrrad die Straße entlang.": its translation
+   and word alignment at the default layer.
+4. Streaming: on the longest test_2016 sentence, the seconds until the first word is final
+   (``Translator.translate(on_step=...)`` with ``attnmt.serve.stream.WordStream``, as the
+   server streams) against the seconds of the whole translation, greedy and beam.
+
+Prints a Markdown table per measurement and one JSON object.
+
+Usage (from the repository root):
+    .venv/bin/python benchmarks/control.py --model "$ATTNMT_DE_EN_MODEL" --data "$ATTNMT_DATA"
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import re
+import time
+from pathlib import Path
+
+from attnmt.config import DEFAULT_ALIGNMENT_LAYER
+from attnmt.data.tokenizers import EOS_ID
+from attnmt.decode.alignment import align_words, format_alignment, word_ids
+from attnmt.decode.translator import Translator
+from attnmt.evaluate import corpus_scores
+from attnmt.serve.stream import WordStream
+
+README_SENTENCE = "Ein Mann fährt mit dem Fahrrad die Straße entlang."
+
+# Hand-checked links (source word - target word, 0-based whitespace words) of content words in
+# test_2016_flickr pairs (line number: links), and of the README sentence with a reference.
+GOLD = {
+    1: "0-0 1-1 4-4 5-5 8-6 7-8",
+    2: "0-0 1-1 2-2 3-4 5-6 5-7 6-8 9-13 10-14",
+    3: "0-0 1-1 2-2 4-3 4-4 5-5 7-7 8-8 10-11",
+    5: "0-0 1-2 2-3 3-4 5-7",
+    7: "0-0 1-1 2-2 3-3 4-4 7-9",
+    9: "0-0 1-1 2-2 3-3 4-4 5-5",
+    10: "0-0 1-1 2-2 3-3 4-4 5-6 8-9 9-10 10-11 11-12",
+    11: "0-0 1-1 2-2 3-3 4-4 5-5 6-6 7-7 8-8 9-9 11-10",
+}
+README_REFERENCE = ("A man rides a bike down the street.", "0-0 1-1 2-2 5-4 6-6 7-7")
+
+
+def _lines(path: Path, limit: int | None = None) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read().splitlines()[:limit]
+
+
+def _word(w: str) -> str:
+    return re.sub(r"^\W+|\W+$", "", w)
+
+
+def draw_constraints(reference: str, output: str, rng: random.Random) -> list[str]:
+    """1 or 2 phrases from ``reference`` (module docstring)."""
+    ref = [_word(w) for w in reference.split()]
+    have = {_word(w) for w in output.split()}
+    pool = [k for k, w in enumerate(ref) if len(w) >= 3 and w.isalpha() and w not in have] or \
+        [k for k, w in enumerate(ref) if w]
+    phrases: list[str] = []
+    for k in rng.sample(pool, min(len(pool), rng.choice([1, 2]))):
+        bigram = k + 1 < len(ref) and ref[k + 1] and rng.random() < 0.5
+        phrase = f"{ref[k]} {ref[k + 1]}" if bigram else ref[k]
+        if phrase not in phrases:
+            phrases.append(phrase)
+    return phrases
+
+
+def _contains(tokens: list[int], phrase: list[int]) -> bool:
+    return any(tokens[k:k + len(phrase)] == phrase for k in range(len(tokens) - len(phrase) + 1))
+
+
+def constraints_figure(tr: Translator, src: list[str], ref: list[str], beam_size: int, seed: int) -> dict:
+    t0 = time.perf_counter()
+    plain = [t.text for t in tr.translate(src, beam_size=beam_size)]
+    plain_s = time.perf_counter() - t0
+    rng = random.Random(seed)
+    constraints = [draw_constraints(r, o, rng) for r, o in zip(ref, plain)]
+    t0 = time.perf_counter()
+    constrained = tr.translate(src, beam_size=beam_size, constraints=constraints)
+    constrained_s = time.perf_counter() - t0
+    phrases = sum(len(c) for c in constraints)
+    as_tokens = sum(_contains(t.hypotheses[0].token_ids, tr.tgt_tokenizer.encode(p))
+                    for t, c in zip(constrained, constraints) for p in c)
+    as_text = sum(p in t.text for t, c in zip(constrained, constraints) for p in c)
+    return {"sentences": len(src), "phrases": phrases, "two_phrase_sentences": sum(len(c) == 2 for c in constraints),
+            "bigrams": sum(" " in p for c in constraints for p in c),
+            "present_tokens": as_tokens / phrases, "present_text": as_text / phrases,
+            "bleu_plain": corpus_scores(plain, ref)["bleu"],
+            "bleu_constrained": corpus_scores([t.text for t in constrained], ref)["bleu"],
+            "seconds_plain": round(plain_s, 2), "seconds_constrained": round(constrained_s, 2),
+            "examples": [{"src": s, "constraints": c, "plain": o, "constrained": t.text}
+                         for s, c, o, t in list(zip(src, constraints, plain, constrained))[:3]]}
+
+
+def layer_figure(tr: Translator, pairs: list[tuple[str, str, str]]) -> dict:
+    """Per decoder layer: the share of gold-annotated target words aligned to a gold source word."""
+    layers = tr.config.model.num_decoder_layers
+    hits, total = [0] * layers, 0
+    for src, tgt, gold in pairs:
+        links: dict[int, set[int]] = {}
+        for link in gold.split():
+            i, j = map(int, link.split("-"))
+            links.setdefault(j, set()).add(i)
+        src_ids = tr.encode_sources([src])[0]
+        tgt_ids = tr.tgt_tokenizer.encode(tgt) + [EOS_ID]
+        att = tr.source_attention(src_ids, tgt_ids)  # (L, H, T, S)
+        src_words = word_ids(src_ids[:-1], tr.src_tokenizer.decode)
+        tgt_words = word_ids(tgt_ids[:-1], tr.tgt_tokenizer.decode)
+        total += len(links)
+        for layer in range(layers):
+            aligned = dict((j, i) for i, j in align_words(att[layer].mean(dim=0), src_words, tgt_words))
+            hits[layer] += sum(aligned.get(j) in gold_i for j, gold_i in links.items())
+    return {"links": total, "accuracy_by_layer": {layer + 1: round(h / total, 3) for layer, h in enumerate(hits)}}
+
+
+def streaming_figure(tr: Translator, sentence: str, beam_size: int) -> dict:
+    """Seconds to the first final word and to the whole translation of ``sentence``."""
+    words = WordStream(tr.tgt_tokenizer.decode)
+    first: list[float] = []
+
+    def on_step(i: int, tokens: list[int]) -> bool:
+        if not first and words.update(tokens):
+            first.append(time.perf_counter())
+        return False
+
+    t0 = time.perf_counter()
+    out = tr.translate([sentence], beam_size=beam_size, on_step=on_step)[0]
+    total = time.perf_counter() - t0
+    return {"beam_size": beam_size, "words": len(out.text.split()), "first_word_s": round(first[0] - t0, 3)
+            if first else None, "total_s": round(total, 3)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default=os.environ.get("ATTNMT_DE_EN_MODEL", "runs/de-en"))
+    p.add_argument("--data", default=os.environ.get("ATTNMT_DATA"), help="directory holding multi30k/")
+    p.add_argument("--sentences", type=int, default=200)
+    p.add_argument("--beam-size", type=int, default=5)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args()
+    if not args.data:
+        raise SystemExit("give --data or set ATTNMT_DATA")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    data = Path(args.data) / "multi30k"
+    tr = Translator.from_dir(args.model)
+    src = _lines(data / "test_2016_flickr.de.gz", args.sentences)
+    ref = _lines(data / "test_2016_flickr.en.gz", args.sentences)
+    cons = constraints_figure(tr, src, ref, args.beam_size, args.seed)
+    all_src, all_ref = _lines(data / "test_2016_flickr.de.gz", 12), _lines(data / "test_2016_flickr.en.gz", 12)
+    pairs = [(all_src[n - 1], all_ref[n - 1], g) for n, g in GOLD.items()] + [(README_SENTENCE, *README_REFERENCE)]
+    layers = layer_figure(tr, pairs)
+    readme = tr.translate([README_SENTENCE], beam_size=args.beam_size, alignments=True)[0]
+    longest = max(_lines(data / "test_2016_flickr.de.gz"), key=len)
+    stream = [streaming_figure(tr, longest, k) for k in (1, args.beam_size)]
+    src_words, tgt_words = README_SENTENCE.split(), readme.text.split()
+    named = [f"{src_words[i]}-{tgt_words[j]}" for i, j in readme.alignment]
+    print(f"| sentences | phrases (bigrams) | present (tokens / text) | BLEU without | BLEU with | seconds without / with |\n"
+          f"| ---: | ---: | ---: | ---: | ---: | ---: |\n"
+          f"| {cons['sentences']} | {cons['phrases']} ({cons['bigrams']}) | {cons['present_tokens']:.1%} / "
+          f"{cons['present_text']:.1%} | {cons['bleu_plain']:.2f} | {cons['bleu_constrained']:.2f} | "
+          f"{cons['seconds_plain']} / {cons['seconds_constrained']} |\n")
+    print("| layer | " + " | ".join(map(str, layers["accuracy_by_layer"])) + " |\n| --- |"
+          + " ---: |" * len(layers["accuracy_by_layer"]) + "\n| gold links hit |"
+          + " | ".join(f"{a:.1%}" for a in layers["accuracy_by_layer"].values()) + " |\n")
+    print(f"{README_SENTENCE} -> {readme.text}\nalignment (layer {DEFAULT_ALIGNMENT_LAYER}): "
+          f"{format_alignment(readme.alignment)}  ({' '.join(named)})\n")
+    print("| beam | words | first word s | whole translation s |\n| ---: | ---: | ---: | ---: |\n" + "\n".join(
+        f"| {r['beam_size']} | {r['words']} | {r['first_word_s']} | {r['total_s']} |" for r in stream) + "\n")
+    print(json.dumps({"constraints": cons, "alignment_layers": layers, "streaming": stream,
+                      "longest_sentence": longest, "readme": {
+        "translation": readme.text, "alignment": format_alignment(readme.alignment), "words": named}},
+        ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()
