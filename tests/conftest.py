@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -18,6 +19,17 @@ def multi30k_data() -> Path | None:
     """The directory named by ``$ATTNMT_DATA`` if it holds ``multi30k/train.de.gz``, else None."""
     root = os.environ.get("ATTNMT_DATA")
     return Path(root) if root and (Path(root) / "multi30k" / "train.de.gz").is_file() else None
+
+
+@pytest.fixture(autouse=True)
+def _attnmt_loggers_enabled():
+    """attnmt's loggers switched on for every test: a library that configures logging with
+    ``logging.config.dictConfig`` (``disable_existing_loggers`` defaults to True) silences the
+    loggers that exist at that moment, and the tests that check a warning through ``caplog``
+    would then see nothing."""
+    for name, logger in logging.root.manager.loggerDict.items():
+        if name.startswith("attnmt") and isinstance(logger, logging.Logger):
+            logger.disabled = False
 
 
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=[
