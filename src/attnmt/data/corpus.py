@@ -136,11 +136,16 @@ MULTI30K = DatasetSpec(
 DATASETS: dict[str, DatasetSpec] = {MULTI30K.name: MULTI30K}
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: str | Path) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB blocks.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
     return h.hexdigest()
 
 
@@ -151,7 +156,7 @@ def _download(url: str, dest: Path, sha256: str) -> None:
     try:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
             shutil.copyfileobj(resp, out)
-        digest = _sha256(Path(tmp))
+        digest = sha256_file(tmp)
         if digest != sha256:
             raise DataError(f"{url}: SHA-256 mismatch (got {digest}, expected {sha256})")
         os.replace(tmp, dest)

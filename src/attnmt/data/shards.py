@@ -24,7 +24,6 @@ Library: numpy (``np.memmap``, ``np.load(mmap_mode='r')``).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -35,6 +34,7 @@ from typing import Iterator
 
 import numpy as np
 
+from attnmt.data.corpus import sha256_file  # noqa: F401  (re-exported: the manifest's hashes)
 from attnmt.errors import DataError, WriteError
 
 MANIFEST = "manifest.json"
@@ -50,15 +50,6 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 def shard_name(split: str, index: int) -> str:
     return f"{split}.{index:05d}"
-
-
-def sha256_file(path: str | Path) -> str:
-    """Hex SHA-256 of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class ShardWriter:

@@ -11,15 +11,13 @@ imported (``attnmt import marian``).
   a key the run's configuration sets must equal the directory's own, except the dropout rates,
   which only act in training.
 * :func:`freeze` keeps chosen parameters fixed (``train.freeze``).
-* :func:`weights_sha256` identifies the starting weights, recorded with the run.
 
-Library: hashlib, fnmatch (standard library).
+Library: fnmatch (standard library).
 """
 
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 from pathlib import Path
 
 from torch import nn
@@ -108,12 +106,3 @@ def freeze(model: nn.Module, patterns: list[str]) -> list[str]:
             p.requires_grad_(False)
             names.append(name)
     return names
-
-
-def weights_sha256(path: str | Path) -> str:
-    """Hex SHA-256 of a file (the starting weights), read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

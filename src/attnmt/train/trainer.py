@@ -60,7 +60,7 @@ from tqdm import tqdm
 from attnmt import rundir
 from attnmt.config import Config
 from attnmt.data.batching import Batch, batch_from_arrays, epoch_batches, make_batch, token_batches
-from attnmt.data.corpus import EncodedCorpus
+from attnmt.data.corpus import EncodedCorpus, sha256_file
 from attnmt.data.tokenizers import EOS_ID, PAD_ID, WordTokenizer
 from attnmt.data.vectors import read_vec
 from attnmt.device import configure, resolve_device
@@ -266,7 +266,7 @@ class Trainer:
         path = Path(self.config.train.init_from) / rundir.WEIGHTS
         rundir.load_weights(self.model, path)
         self.start_record = {"path": str(Path(self.config.train.init_from).resolve()), "weights": rundir.WEIGHTS,
-                             "sha256": finetune.weights_sha256(path)}
+                             "sha256": sha256_file(path)}
         if self.ranks.is_main:
             text = json.dumps(self.start_record, indent=1) + "\n"
             rundir.atomic_write(self.run_dir / finetune.START_RECORD,
