@@ -24,7 +24,7 @@ from attnmt.interop.marian import import_marian, vocabulary_order
 from attnmt.model.transformer import Transformer
 from attnmt.train.finetune import freeze
 from attnmt.train.trainer import Trainer, train
-from tests.test_interop_marian import _data_dir, _lines, _spm
+from tests.test_interop_marian import _data_dir, _lines, save_tiny_marian
 
 transformers = pytest.importorskip("transformers")
 
@@ -58,31 +58,7 @@ def marian(tmp_path_factory, corpus):
     """(the transformers model in eval mode, its MarianMT directory, its attnmt import)."""
     source, target = _lines(_data_dir(), "de", 400), _lines(_data_dir(), "en", 400)
     hf_dir = tmp_path_factory.mktemp("marian")
-    src_spm, tgt_spm = _spm(source, 150), _spm(target, 150)
-    (hf_dir / "source.spm").write_bytes(src_spm)
-    (hf_dir / "target.spm").write_bytes(tgt_spm)
-    import sentencepiece as spm
-
-    pieces = ["</s>", "<unk>"]  # MarianMT's layout: eos 0, unk 1, the pieces, pad last
-    for proto in (src_spm, tgt_spm):
-        sp = spm.SentencePieceProcessor(model_proto=proto)
-        pieces += [p for p in (sp.id_to_piece(i) for i in range(3, len(sp))) if p not in pieces]
-    pieces.append("<pad>")
-    (hf_dir / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(pieces)}), encoding="utf-8")
-    pad = len(pieces) - 1
-    config = transformers.MarianConfig(
-        vocab_size=len(pieces), d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, activation_function="swish",
-        max_position_embeddings=128, scale_embedding=True, pad_token_id=pad, eos_token_id=0,
-        decoder_start_token_id=pad, forced_eos_token_id=None, dropout=0.1)
-    torch.manual_seed(0)
-    model = transformers.MarianMTModel(config)
-    with torch.no_grad():  # weights large enough for a peaked (and wrong) starting distribution
-        for name, p in model.named_parameters():
-            if p.dim() == 2 and "embed_positions" not in name:  # the sinusoids stay
-                p.normal_(0.0, 0.3)
-        model.final_logits_bias[0, 0] += 2.0  # EOS: outputs end before the length limit
-    model.save_pretrained(hf_dir)
+    model = save_tiny_marian(hf_dir, source, target, logits_bias_std=0.0)  # EOS alone biased: outputs end
     imported = import_marian(str(hf_dir), tmp_path_factory.mktemp("imported") / "model")
     return model.eval(), hf_dir, imported
 

@@ -49,12 +49,11 @@ def _spm(lines, vocab_size):
     return buf.getvalue()
 
 
-@pytest.fixture(scope="module")
-def marian(tmp_path_factory):
-    """(MarianMT directory, the transformers model in eval mode, source sentences)."""
-    data_dir = _data_dir()
-    source, target = _lines(data_dir, "de", 400), _lines(data_dir, "en", 400)
-    hf_dir = tmp_path_factory.mktemp("marian")
+def save_tiny_marian(hf_dir: Path, source: list[str], target: list[str], logits_bias_std: float = 1.0):
+    """Build a tiny random MarianMTModel (2 + 2 layers, d_model 32) with SentencePiece models of
+    150 pieces trained on ``source``/``target`` and MarianMT's shared vocab.json, save it as a
+    Hugging Face directory ``hf_dir`` and return it (training mode). The final logits bias is
+    drawn from N(0, ``logits_bias_std``) and EOS's raised by ``EOS_BIAS``."""
     src_spm, tgt_spm = _spm(source, 150), _spm(target, 150)
     (hf_dir / "source.spm").write_bytes(src_spm)
     (hf_dir / "target.spm").write_bytes(tgt_spm)
@@ -76,9 +75,20 @@ def marian(tmp_path_factory):
         for name, p in model.named_parameters():
             if p.dim() == 2 and "embed_positions" not in name:  # the sinusoids stay
                 p.normal_(0.0, 0.3)
-        model.final_logits_bias.normal_(0.0, 1.0)
+        if logits_bias_std:
+            model.final_logits_bias.normal_(0.0, logits_bias_std)
         model.final_logits_bias[0, 0] += EOS_BIAS
     model.save_pretrained(hf_dir)
+    return model
+
+
+@pytest.fixture(scope="module")
+def marian(tmp_path_factory):
+    """(MarianMT directory, the transformers model in eval mode, source sentences)."""
+    data_dir = _data_dir()
+    source, target = _lines(data_dir, "de", 400), _lines(data_dir, "en", 400)
+    hf_dir = tmp_path_factory.mktemp("marian")
+    model = save_tiny_marian(hf_dir, source, target)
     return hf_dir, model.eval(), _lines(data_dir, "de", 430)[400:]
 
 
