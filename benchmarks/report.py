@@ -7,7 +7,6 @@ translation tables and the notes on method; its figures are copied into the sect
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from setting import LABEL, MAX_OUTPUT, Setting
 

@@ -51,7 +51,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -64,7 +64,7 @@ from attnmt.data.corpus import EncodedCorpus, sha256_file
 from attnmt.data.tokenizers import EOS_ID, PAD_ID, WordTokenizer
 from attnmt.data.vectors import read_vec
 from attnmt.device import configure, resolve_device
-from attnmt.errors import CheckpointError, ConfigError, DataError, TrainingError
+from attnmt.errors import CheckpointError, ConfigError, TrainingError
 from attnmt.evaluate import corpus_scores
 from attnmt.memory import peak_rss_mib
 from attnmt.model.transformer import Transformer, count_parameters, load_pretrained_embeddings
@@ -759,7 +759,7 @@ class Trainer:
         return reason
 
     def _result(self, reason: str | None = None) -> TrainResult:
-        tc, s = self.config.train, self.state
+        s = self.state
         per_epoch = len(self.epoch_batches(s.epoch))
         return TrainResult(steps=s.step, epochs_done=s.epoch + s.batch_in_epoch / max(per_epoch, 1),
                            minutes=self.elapsed() / 60, best_valid_bleu=s.best_bleu, best_valid_ppl=s.best_ppl,
