@@ -12,8 +12,13 @@ every 0.1 s from /proc:
 - ``train (prepared)``: ``attnmt train`` with ``data.prepared: DIR`` for 2 updates (d_model 256,
   3+3 layers, the 8k vocabulary of the prepared directory, no validation set): wall seconds
   from start to exit, seconds to the first update (the first train record), peak RSS;
+- ``train (prepared, same updates)``: the same with ``train.accum_steps=2``: the updates that
+  torchrun x2 makes, from the same batches (the workers share them out), in one process;
 - ``train (prepared, torchrun x2)``: the same under ``torchrun --nproc_per_node 2``: each
-  worker's peak RSS;
+  worker's peak RSS. These three are run ``--repeats`` times and their medians reported. A
+  process's peak depends on the shapes of the batches it has met (by tens of MiB): the single
+  process of ``train (prepared)`` meets other batches than each worker, the one of the same
+  updates meets all of the workers' batches;
 - ``train (text)``: ``attnmt train`` from the text files, with this checkout and, with
   ``--base-src``, with another checkout's ``src`` (the code before prepared corpora: it reads
   and encodes the text in memory at every start).
@@ -49,7 +54,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-sentences", type=int, default=None,
                    help="tokenizer.max_sentences (default: the configuration's default)")
     p.add_argument("--base-src", help="src/ of a checkout to measure the text path with, as it was")
-    p.add_argument("--skip", nargs="*", default=[], choices=["prepare", "prepared", "torchrun", "text", "base"],
+    p.add_argument("--updates", type=int, default=2, help="updates of each training run")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="runs of the train-from-prepared and torchrun measurements (their peak RSS depends on "
+                        "which batches a process gets and varies by some 30 MiB): the median is reported")
+    p.add_argument("--skip", nargs="*", default=[],
+                   choices=["prepare", "prepared", "prepared_same", "torchrun", "text", "base"],
                    help="measurements to leave out")
     p.add_argument("--data-dir", default=os.environ.get("ATTNMT_DATA"), help="holds multi30k/ (default $ATTNMT_DATA)")
     p.add_argument("--work", default=str(REPO / "benchmarks" / "work" / "corpora"), help="scratch directory")
@@ -72,13 +82,13 @@ def write_corpus(data_dir: Path, k: int, out: Path) -> tuple[Path, Path, int]:
     return paths[0], paths[1], k * len(src)
 
 
-def write_config(path: Path, data: dict, max_sentences: int | None) -> Path:
-    """The default preset's model (d_model 256, 3+3 layers, 8k joint vocabulary) for 2 updates."""
+def write_config(path: Path, data: dict, max_sentences: int | None, updates: int = 2) -> Path:
+    """The default preset's model (d_model 256, 3+3 layers, 8k joint vocabulary) for ``updates`` updates."""
     config = yaml.safe_load((REPO / "configs" / "multi30k_de_en.yaml").read_text())
     config["data"] = dict(data, max_len=100)
     for key in ("budget_decay", "warmup_fraction", "lr"):  # time_budget's settings
         config["train"].pop(key, None)
-    config["train"].update(max_steps=2, max_minutes=None, schedule="noam", log_every=1, valid_every=1000,
+    config["train"].update(max_steps=updates, max_minutes=None, schedule="noam", log_every=1, valid_every=1000,
                            average_last=0, device="cpu")
     if max_sentences:
         config["tokenizer"]["max_sentences"] = max_sentences
@@ -99,10 +109,10 @@ def _tree(pid: int) -> list[int]:
 
 
 def _memory_kib(pid: int) -> tuple[int, int]:
-    """(RSS, PSS) of a process in KiB (0 when it is gone)."""
+    """(peak RSS so far (VmHWM), PSS) of a process in KiB (0 when it is gone)."""
     try:
         rss = int(next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines()
-                       if x.startswith("VmRSS:")).split()[1])
+                       if x.startswith("VmHWM:")).split()[1])
         pss = int(next(x for x in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
                        if x.startswith("Pss:")).split()[1])
         return rss, pss
@@ -111,8 +121,8 @@ def _memory_kib(pid: int) -> tuple[int, int]:
 
 
 def measured(cmd: list[str], env: dict, log: Path) -> dict:
-    """Run ``cmd``; wall seconds, exit status, the peak of the tree's summed PSS and each
-    process's peak RSS (MiB), sampled every 0.1 s."""
+    """Run ``cmd``; wall seconds, the peak of the tree's summed PSS (sampled every 0.1 s) and
+    each process's peak RSS (MiB; the kernel's VmHWM, read until the process ends)."""
     t0 = time.monotonic()
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
@@ -145,7 +155,8 @@ def attnmt(*args: str) -> list[str]:
 
 def measure_k(args, k: int, work: Path, env: dict) -> dict:
     src, tgt, pairs = write_corpus(Path(args.data_dir), k, work / "corpus")
-    text = write_config(work / "text.yaml", {"train_src": str(src), "train_tgt": str(tgt)}, args.max_sentences)
+    text = write_config(work / "text.yaml", {"train_src": str(src), "train_tgt": str(tgt)}, args.max_sentences,
+                        args.updates)
     prepared_dir = work / "prepared"
     row: dict = {"k": k, "pairs": pairs}
     if "prepare" not in args.skip:
@@ -155,8 +166,10 @@ def measure_k(args, k: int, work: Path, env: dict) -> dict:
         size = sum(f.stat().st_size for f in prepared_dir.iterdir())
         row["prepare"] = dict(m, pairs_per_s=round(pairs / m["seconds"]), disk_mb=round(size / 1e6, 1),
                               mb_per_million=round(size / 1e6 / (pairs / 1e6), 1))
-    config = write_config(work / "prepared.yaml", {"prepared": str(prepared_dir)}, args.max_sentences)
+    config = write_config(work / "prepared.yaml", {"prepared": str(prepared_dir)}, args.max_sentences, args.updates)
     runs = {"prepared": (attnmt("train", str(config), "--output"), env),
+            # the updates of torchrun x2 in one process: the same batches, by accumulating two a step
+            "prepared_same": (attnmt("train", str(config), "--set", "train.accum_steps=2", "--output"), env),
             "torchrun": (["nice", "-n", "5", sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                           "-m", "attnmt", "train", str(config), "--output"], dict(env, OMP_NUM_THREADS="1")),
             "text": (attnmt("train", str(text), "--output"), env)}
@@ -166,17 +179,33 @@ def measure_k(args, k: int, work: Path, env: dict) -> dict:
         if name in args.skip:
             continue
         run_dir = work / f"run_{name}"
-        subprocess.run(["rm", "-rf", str(run_dir)], check=True)
-        row[name] = dict(measured(cmd + [str(run_dir)], run_env, work / f"{name}.log"),
-                         first_update_s=first_update_seconds(run_dir))
+        tries = []
+        for _ in range(args.repeats if name in ("prepared", "prepared_same", "torchrun") else 1):
+            subprocess.run(["rm", "-rf", str(run_dir)], check=True)
+            tries.append(dict(measured(cmd + [str(run_dir)], run_env, work / f"{name}.log"),
+                              first_update_s=first_update_seconds(run_dir)))
+        row[name] = median_run(tries)
     return row
+
+
+def median_run(tries: list[dict]) -> dict:
+    """The median of each figure over repeated runs (each process's peak RSS by rank of size),
+    and every run's peak RSS."""
+    def median(values):
+        return sorted(values)[len(values) // 2]
+    out = {key: median([t[key] for t in tries]) for key in ("seconds", "tree_pss_mib")}
+    out["first_update_s"] = median([t["first_update_s"] or 0 for t in tries])
+    width = min(len(t["rss_mib"]) for t in tries)  # a run may catch a short-lived helper process too
+    out["rss_mib"] = [median([t["rss_mib"][i] for t in tries]) for i in range(width)]
+    out["runs_rss_mib"] = [t["rss_mib"] for t in tries]
+    return out
 
 
 def table(rows: list[dict]) -> str:
     lines = ["| K | pairs | what | wall s | first update s | peak memory MiB | pairs/s | disk MB per 1M pairs |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
-        for name in ("prepare", "prepared", "torchrun", "text", "base"):
+        for name in ("prepare", "prepared", "prepared_same", "torchrun", "text", "base"):
             m = r.get(name)
             if m is None:
                 continue

@@ -99,8 +99,9 @@ def _max_difference(a: Path, b: Path) -> float:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Two-process runs next to one-process runs of the same global batch (5 updates each):
-    torchrun --nproc_per_node 2 with accum 1 against 1 process with accum 2, and two one-process
-    'nodes' at a c10d rendezvous with accum 2 against 1 process with accum 4. The one-process
+    torchrun --nproc_per_node 2 with accum 1 against 1 process with accum 2 (gradients averaged
+    after the backward passes), and two one-process 'nodes' at a c10d rendezvous with accum 2
+    (DistributedDataParallel, ``train.ddp_overlap``) against 1 process with accum 4. The one-process
     runs go on to 8 updates as references for resuming."""
     tmp = tmp_path_factory.mktemp("ddp")
     raw1, raw2 = _raw_config(tmp, 1, 5), _raw_config(tmp, 2, 5)
@@ -110,7 +111,7 @@ def runs(tmp_path_factory):
     for node_rank in (0, 1):  # each "node" names its own output folder, as on separate machines
         nodes.append(_launch(config2, tmp / f"node{node_rank}", "--nnodes", "2", "--nproc_per_node", "1",
                              "--node_rank", str(node_rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-                             "--rdzv-id", "attnmt-test"))
+                             "--rdzv-id", "attnmt-test", extra=("--set", "train.ddp_overlap=true")))
     references = {}
     for accum, total in ((2, 2), (4, 4)):
         raw = _raw_config(tmp, total, 5)

@@ -142,15 +142,18 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_prepare(args: argparse.Namespace) -> int:
     from attnmt.config import load_config
-    from attnmt.data.prepare import prepare
-    from attnmt.rundir import read_tokenizers
+    from attnmt.data.prepare import prepare  # no PyTorch: preparing needs none, and its memory is the workers'
 
     config = load_config(args.config, args.set)
     if config.data is None:
         raise AttnmtError(f"{args.config}: no data section: nothing to prepare")
     check_output_dir(args.output, "--output")
     source = args.tokenizers_from or config.train.init_from  # a fine-tuning config: its starting model's
-    tokenizers = read_tokenizers(source) if source else None
+    tokenizers = None
+    if source:
+        from attnmt.rundir import read_tokenizers
+
+        tokenizers = read_tokenizers(source)
     manifest = prepare(config, args.output, tokenizers, workers=args.workers, data_dir=args.data_dir, progress=True)
     size = sum(f.stat().st_size for f in Path(args.output).iterdir())
     train_info = manifest["train"]

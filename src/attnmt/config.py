@@ -22,8 +22,11 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
-from attnmt.device import DEVICE_NAME
 from attnmt.errors import ConfigError
+
+# the device names a configuration or --device may give (attnmt.device resolves them); defined
+# here so that reading a configuration, and so ``attnmt prepare``, does not import PyTorch
+DEVICE_NAME = r"^(auto|cpu|mps|cuda(:\d+)?)$"
 
 
 class KeyRuleError(ValueError):
@@ -125,9 +128,11 @@ class TokenizerConfig(_Section):
                         "model.share_embeddings); false: one per side (kind word needs false)")
     character_coverage: float = Field(1.0, gt=0.0, le=1.0, description="share of the training characters "
                                       "SentencePiece keeps as pieces; the rarest others become <unk>")
-    max_sentences: int = Field(2_000_000, gt=0, description="SentencePiece trains on a seeded random sample of at "
+    max_sentences: int = Field(400_000, gt=0, description="SentencePiece trains on a seeded random sample of at "
                                "most this many non-empty lines (per side, then in all for a joint model; reservoir "
-                               "sampling in one pass); its memory grows with it, about 1.3 KiB a line")
+                               "sampling in one pass). Its memory grows with the sample's characters: about 1.6 KiB "
+                               "a line of 70 characters (the unigram trainer's suffix array), so the default keeps "
+                               "preparation under 1 GB; a larger vocabulary may want more lines")
     lowercase: bool = Field(False, description="kind word: lowercase the text before tokenizing")
     min_freq: int = Field(1, gt=0, description="kind word: keep words seen at least this often in training")
     max_vocab: int | None = Field(None, gt=0, description="kind word: keep at most this many words, most frequent first")
@@ -220,6 +225,10 @@ class TrainConfig(_Section):
     batch_tokens: int = Field(4096, gt=0, description="padded tokens per batch (sentences x longest side)")
     accum_steps: int = Field(1, gt=0, description="batches per process accumulated into one update; an update "
                              "takes accum_steps x processes batches")
+    ddp_overlap: bool | None = Field(None, description="under torchrun: average the gradients during the backward "
+                                     "pass with DistributedDataParallel (faster; each process holds a second, "
+                                     "gradient-sized buffer) instead of all-reducing them after it; None: on CUDA "
+                                     "only")
     max_steps: int | None = Field(None, gt=0, description="stop after this many updates (None: no limit)")
     max_epochs: int | None = Field(None, gt=0, description="stop after this many passes over the training data "
                                    "(None: no limit)")

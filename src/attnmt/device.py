@@ -20,9 +20,9 @@ import re
 
 import torch
 
+from attnmt.config import DEVICE_NAME
 from attnmt.errors import ConfigError
 
-DEVICE_NAME = r"^(auto|cpu|mps|cuda(:\d+)?)$"  # the names a configuration or --device may give
 _DEVICE_RE = re.compile(DEVICE_NAME)
 
 

@@ -93,8 +93,13 @@ def _random_keys(rng: random.Random, n: int) -> np.ndarray:
     leaving ``rng`` where ``n`` calls of ``random()`` would: CPython's ``random()`` is
     ``(a >> 5) * 2**26 + (b >> 6)`` over two 32-bit outputs a, b, and ``randbytes(8 n)`` returns
     those 2n outputs in order, little-endian."""
-    words = np.frombuffer(rng.randbytes(8 * n), dtype="<u4").astype(np.uint64)
-    return ((words[0::2] >> np.uint64(5)) << np.uint64(26)) | (words[1::2] >> np.uint64(6))
+    pairs = np.frombuffer(rng.randbytes(8 * n), dtype="<u8")  # a | b << 32, a the earlier output
+    keys = pairs & np.uint64(0xFFFF_FFFF)
+    keys >>= np.uint64(5)
+    keys <<= np.uint64(26)
+    for start in range(0, n, 1 << 20):  # (b >> 6), a million at a time: no second n-sized temporary
+        keys[start: start + (1 << 20)] |= pairs[start: start + (1 << 20)] >> np.uint64(38)
+    return keys
 
 
 def length_batches(src_len: np.ndarray, tgt_len: np.ndarray, batch_tokens: int | None = None,
@@ -120,7 +125,10 @@ def length_batches(src_len: np.ndarray, tgt_len: np.ndarray, batch_tokens: int |
     # Sort by (target, source) length, ties by the noise: stable sorts of the noise order by the
     # source, then the target length (np.lexsort gives the same order, several times slower;
     # numpy sorts 16-bit keys stably by radix, in linear time).
-    order = np.argsort(noise, kind="stable") if seed is not None else np.arange(n)
+    # int32 indices below 2**31 examples: the plan's memory is 4 bytes a pair, not 8
+    index_type = np.int32 if n < 2**31 else np.int64
+    order = (np.argsort(noise, kind="stable") if seed is not None else np.arange(n)).astype(index_type)
+    del noise
     key_type = np.uint16 if n == 0 or max(int(src_len.max()), int(tgt_len.max())) < 2**16 else np.int64
     for key in (src_len, tgt_len):
         order = order[np.argsort(np.asarray(key, key_type)[order], kind="stable")]

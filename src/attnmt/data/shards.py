@@ -14,7 +14,8 @@ files: per split (``train``, ``valid``) and shard ``k`` (at most :data:`SHARD_PA
 
 Opening a directory (:class:`ShardedCorpus`) reads the manifest and the lengths only; token
 arrays and offsets are memory-mapped, so a process touches just the pages of the pairs it
-batches, and processes on one machine share them through the page cache. A directory is
+batches, processes on one machine share them through the page cache, and after each batch
+the pages are unmapped from the process again (:meth:`ShardedCorpus.release`). A directory is
 written under a temporary name beside its destination and renamed into place when complete
 (:func:`staging_dir`), so a crash never leaves a half-written one.
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import mmap
 import os
 import shutil
 import tempfile
@@ -205,6 +207,7 @@ class ShardedCorpus:
         self.dtype = np.dtype(manifest["token_dtype"])
         self.corpora, self.dropped = info.get("corpora", []), info["dropped"]
         self.shards: list[Shard] = []
+        self._mmaps: list[mmap.mmap] = []
         lengths = []
         for entry in info["shards"]:
             shard_lengths = self._load(f"{entry['name']}.len.npy")
@@ -216,10 +219,10 @@ class ShardedCorpus:
         self.lengths = np.concatenate(lengths) if lengths else np.zeros((0, 2), np.int32)
         self.starts = np.cumsum([0] + [e["pairs"] for e in info["shards"]])
 
-    def _load(self, name: str, mmap: bool = False) -> np.ndarray:
+    def _load(self, name: str, mapped: bool = False) -> np.ndarray:
         try:
-            array = np.load(self.directory / name, mmap_mode="r" if mmap else None)
-            return array.view(np.ndarray) if mmap else array
+            array = np.load(self.directory / name, mmap_mode="r" if mapped else None)
+            return self._keep(array) if mapped else array
         except (OSError, ValueError) as e:
             raise DataError(f"{self.directory / name}: unreadable shard file: {e}") from None
 
@@ -228,9 +231,15 @@ class ShardedCorpus:
         try:
             if path.stat().st_size == 0:
                 return np.zeros(0, self.dtype)
-            return np.memmap(path, dtype=self.dtype, mode="r").view(np.ndarray)  # plain views slice faster
+            return self._keep(np.memmap(path, dtype=self.dtype, mode="r"))
         except (OSError, ValueError) as e:
             raise DataError(f"{path}: unreadable shard file: {e}") from None
+
+    def _keep(self, array: np.memmap) -> np.ndarray:
+        """``array`` as a plain ndarray view (it slices faster), its mapping kept for :meth:`release`."""
+        if hasattr(array._mmap, "madvise"):
+            self._mmaps.append(array._mmap)
+        return array.view(np.ndarray)
 
     def _sides(self, name: str) -> list[np.ndarray]:
         src, tgt = self._map(name, "src"), self._map(name, "tgt")
@@ -253,6 +262,21 @@ class ShardedCorpus:
         return s.src[s.src_idx[j]: s.src_idx[j + 1]], s.tgt[s.tgt_idx[j]: s.tgt_idx[j + 1]]
 
     def pairs(self, indices) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Source and target id arrays of the pairs at ``indices``, in that order."""
-        found = [self.pair(int(i)) for i in indices]
+        """Source and target id arrays of the pairs at ``indices``, in that order (copies).
+
+        The pages read are then unmapped from this process again (:meth:`release`), so a
+        process's RSS does not grow with the share of the corpus it has read.
+        """
+        found = [(s.copy(), t.copy()) for s, t in (self.pair(int(i)) for i in indices)]
+        self.release()
         return [s for s, _ in found], [t for _, t in found]
+
+    def release(self) -> None:
+        """Unmap the pages of the token and offset files that this process has touched
+        (``madvise(MADV_DONTNEED)``; a shared, read-only file mapping loses nothing: the pages
+        stay in the page cache and fault in again when read). Without it each batch's scattered
+        pairs would map about 64 KiB per pair and file (the kernel's fault-around) for good,
+        and a long run would map most of the corpus into every process. Nothing where the
+        platform has no ``madvise``."""
+        for m in self._mmaps:
+            m.madvise(mmap.MADV_DONTNEED)

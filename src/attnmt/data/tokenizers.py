@@ -76,7 +76,7 @@ class Tokenizer:
 
     @classmethod
     def train(cls, sentences: list[str], vocab_size: int, model_type: str = "unigram",
-              character_coverage: float = 1.0, max_sentences: int = 2_000_000, seed: int = 1) -> "Tokenizer":
+              character_coverage: float = 1.0, max_sentences: int = 400_000, seed: int = 1) -> "Tokenizer":
         """Train a SentencePiece model on raw sentences (empty ones skipped).
 
         If the text cannot support ``vocab_size`` pieces, SentencePiece's hard limit is lowered

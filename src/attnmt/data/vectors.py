@@ -13,10 +13,13 @@ Library: gensim (optional, the ``vectors`` extra) for training.
 from __future__ import annotations
 
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from attnmt.errors import ConfigError, DataError
+
+
+if TYPE_CHECKING:
+    import torch
 
 
 def read_vec(path: str | Path, words: set[str] | None = None) -> dict[str, torch.Tensor]:
@@ -29,6 +32,8 @@ def read_vec(path: str | Path, words: set[str] | None = None) -> dict[str, torch
     Raises:
         DataError: a missing file, or a malformed header or line (file and line named).
     """
+    import torch  # here, not at the top: ``attnmt prepare`` reads vocabularies (vec_words) without PyTorch
+
     path = Path(path)
     try:
         f = open(path, encoding="utf-8")

@@ -5,16 +5,18 @@ SIGINT/SIGTERM.
 torchrun (``python -m torch.distributed.run``) starts one process per GPU or CPU slot and sets
 ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` (and the rendezvous address) in each one's
 environment; :func:`from_env` reads them (a plain ``attnmt train`` is rank 0 of 1). The
-process group is gloo on CPUs and NCCL on CUDA GPUs. The model is wrapped in
-``torch.nn.parallel.DistributedDataParallel``, which averages the gradients over the ranks
-during the backward pass.
+process group is gloo on CPUs and NCCL on CUDA GPUs. Every rank starts from rank 0's
+parameters, and the gradients are averaged over the ranks once an update's backward passes
+are done (:func:`average_gradients`), so a process needs no more memory than a single one; on
+CUDA, ``torch.nn.parallel.DistributedDataParallel`` averages them during the backward pass
+instead, overlapping the communication with it (:func:`wrap`, ``train.ddp_overlap``).
 
 One update takes the next ``world_size x accum_steps`` token batches of the epoch's batch
 order (the same order on every rank: it depends on the seed and the epoch only); rank r takes
 every ``world_size``-th of them from the r-th on (:func:`share`), so the ranks' shares are
 disjoint and together are what one process with ``accum_steps x world_size`` accumulation
 steps would take. The trainer divides the summed loss by the target tokens of the whole update
-(all ranks, :func:`all_reduce_sum`) and multiplies it by ``world_size`` to undo DDP's averaging,
+(all ranks, :func:`all_reduce_sum`) and multiplies it by ``world_size`` to undo the averaging,
 so N processes x B tokens, one process x N*B tokens and one process x B tokens x N steps give
 the same update, up to the order of floating-point sums.
 
@@ -40,6 +42,7 @@ Library: torch.distributed, torch.nn.parallel.DistributedDataParallel, signal.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import os
@@ -114,13 +117,49 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-def wrap(module: torch.nn.Module, ranks: Ranks, device: torch.device) -> torch.nn.Module:
-    """``module`` itself for one process, else wrapped in ``DistributedDataParallel`` (which
-    copies rank 0's parameters and buffers to every rank at construction)."""
+def wrap(module: torch.nn.Module, ranks: Ranks, device: torch.device, overlap: bool | None = None
+         ) -> torch.nn.Module:
+    """``module`` with rank 0's parameters and buffers on every rank; for one process, itself.
+
+    The plain way: ``module`` itself, its parameters and buffers broadcast from rank 0, and
+    the gradients averaged once the update's last backward pass is done
+    (:func:`average_gradients`); no memory beyond one process's. ``overlap`` (None: on CUDA)
+    wraps it in ``DistributedDataParallel`` instead, which all-reduces buckets of gradients
+    while the backward pass goes on. Its buckets are a second gradient-sized buffer per process;
+    the gradients are views into them (``gradient_as_bucket_view``), not a third.
+    """
     if not ranks.distributed:
         return module
-    device_ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(module, device_ids=device_ids)
+    if overlap if overlap is not None else device.type == "cuda":  # speed: communication during the backward pass
+        device_ids = [device.index] if device.type == "cuda" else None
+        return DistributedDataParallel(module, device_ids=device_ids, gradient_as_bucket_view=True)
+    with torch.no_grad():
+        for tensor in [*module.parameters(), *module.buffers()]:
+            dist.broadcast(tensor, src=0)
+    return module
+
+
+def no_sync(module: torch.nn.Module):
+    """The context for a backward pass that is not an update's last on this process:
+    ``DistributedDataParallel.no_sync`` (the gradients accumulate locally), else nothing."""
+    return module.no_sync() if isinstance(module, DistributedDataParallel) else contextlib.nullcontext()
+
+
+def average_gradients(module: torch.nn.Module, ranks: Ranks) -> None:
+    """After an update's last backward pass: each gradient of ``module`` becomes its mean over
+    the ranks (all-reduced in place, one tensor at a time: no extra buffer). Nothing for one
+    process or a ``DistributedDataParallel`` module, which did it during the backward pass.
+    A parameter without a gradient on this rank takes part with zeros, so every rank makes
+    the same calls."""
+    if not ranks.distributed or isinstance(module, DistributedDataParallel):
+        return
+    for p in module.parameters():
+        if not p.requires_grad:
+            continue
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+        p.grad.div_(ranks.world_size)
 
 
 def share(group: list[T], ranks: Ranks) -> list[T]:

@@ -55,6 +55,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from attnmt import rundir
@@ -228,7 +229,7 @@ class Trainer:
             self._restore(state)
         elif self.ranks.rank > 0:
             torch.manual_seed(distributed.rank_seed(tc.seed, self.ranks.rank, 0))
-        self.ddp_loss = distributed.wrap(self.loss, self.ranks, self.device)  # the loss the updates use
+        self.ddp_loss = distributed.wrap(self.loss, self.ranks, self.device, tc.ddp_overlap)  # the loss the updates use
         self._open_records(resumed=state is not None)
         if state is None and tc.init_from and self.ranks.is_main:
             self.metrics.write("init_from", **self.start_record, frozen=frozen,
@@ -364,8 +365,9 @@ class Trainer:
 
         Each batch's summed loss is divided by ``tokens``, the target tokens of the whole update
         (all processes; default: those of ``batches``), and multiplied by the number of
-        processes, whose gradients DistributedDataParallel averages; the inner batches skip
-        that synchronisation (``no_sync``). With ``loss_normalization: sentences`` each
+        processes, whose gradients are then averaged (``distributed.average_gradients``, or
+        DistributedDataParallel during the last batch's backward pass: the inner batches skip
+        its synchronisation, ``no_sync``). With ``loss_normalization: sentences`` each
         sentence's mean loss is summed instead and divided by ``sentences`` (all processes).
         Then the loss scaler (fp16 only) unscales the gradients, their norm is clipped to
         ``clip_norm``, and the optimizer and the schedule step (``time_budget`` first refits
@@ -374,7 +376,7 @@ class Trainer:
         Returns:
             (summed loss, summed NLL, target tokens) of this process's batches, or None when
             the loss or the gradient norm is not finite: then nothing is updated
-            (:meth:`skip_nonfinite`). Under DistributedDataParallel the gradient norm is that
+            (:meth:`skip_nonfinite`). Under torchrun the gradient norm is that
             of the averaged gradients, the same on every process, so all skip together.
         """
         local_tokens = sum(b.num_tgt_tokens for b in batches)
@@ -389,12 +391,13 @@ class Trainer:
             torch.manual_seed(distributed.batch_seed(self.config.train.seed, self.state.step,
                                                      self.ranks.rank + i * self.ranks.world_size))
             inner = self.ranks.distributed and i < len(batches) - 1
-            with self.ddp_loss.no_sync() if inner else contextlib.nullcontext():  # type: ignore[operator]
+            with distributed.no_sync(self.ddp_loss) if inner else contextlib.nullcontext():
                 with autocast(self.precision, self.device.type):
                     objective, loss, nll = self.ddp_loss(b.src, b.tgt_in, b.tgt_out)
                 self.scaler.scale(objective * scale).backward()
             loss_sum += loss.item()
             nll_sum += nll.item()
+        distributed.average_gradients(self.ddp_loss, self.ranks)
         self.scaler.unscale_(self.optimizer)
         if self.config.train.clip_norm:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.config.train.clip_norm))
@@ -403,7 +406,7 @@ class Trainer:
         # fp16: an infinite gradient is the loss scaler's business (it skips the step and lowers the scale)
         finite_grad = math.isfinite(grad_norm) or self.scaler.is_enabled()
         if not finite_grad or (not self.ranks.distributed and not math.isfinite(loss_sum)):
-            self.optimizer.zero_grad(set_to_none=True)
+            self.zero_grad()
             self.scaler.update()
             self.skip_nonfinite(loss_sum / tokens, grad_norm)
             return None
@@ -415,8 +418,15 @@ class Trainer:
             self.state.expected_steps = expected_updates(self.state.step, self.elapsed() - self.setup_seconds,
                                                          self.config.train.max_minutes * 60 - self.setup_seconds)
         self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.zero_grad()
         return loss_sum, nll_sum, local_tokens
+
+    def zero_grad(self) -> None:
+        """Clear the gradients for the next update: set to None, except under
+        DistributedDataParallel, whose gradients are views into its all-reduce buckets
+        (``distributed.wrap``): zeroed in place they stay views, where None would make each
+        backward allocate them anew."""
+        self.optimizer.zero_grad(set_to_none=not isinstance(self.ddp_loss, DistributedDataParallel))
 
     def skip_nonfinite(self, loss: float, grad_norm: float) -> None:
         """Count and log an update skipped for a non-finite loss or gradient norm.
