@@ -27,8 +27,8 @@ def statement_counts(root: Path) -> dict[str, int]:
 
 def test_layers_point_one_way():
     # pyproject.toml's import-linter contract: cli on top; train and decode independent of each
-    # other; search and rundir below them; model and data (independent) below; config and the
-    # small leaf modules at the bottom.
+    # other; search and rundir below them; model and data (independent) below; then device (which
+    # reads config.DEVICE_NAME); config and the small leaf modules at the bottom.
     assert lint_imports(config_filename=str(REPO / "pyproject.toml"), no_cache=True) == 0
 
 

@@ -130,13 +130,15 @@ def wrap(module: torch.nn.Module, ranks: Ranks, device: torch.device, overlap: b
     """
     if not ranks.distributed:
         return module
-    if overlap if overlap is not None else device.type == "cuda":  # speed: communication during the backward pass
-        device_ids = [device.index] if device.type == "cuda" else None
-        return DistributedDataParallel(module, device_ids=device_ids, gradient_as_bucket_view=True)
-    with torch.no_grad():
-        for tensor in [*module.parameters(), *module.buffers()]:
-            dist.broadcast(tensor, src=0)
-    return module
+    overlap = device.type == "cuda" if overlap is None else overlap
+    if not overlap:
+        with torch.no_grad():
+            for tensor in [*module.parameters(), *module.buffers()]:
+                dist.broadcast(tensor, src=0)
+        return module
+    # speed: the all-reduce of each bucket of gradients runs while the backward pass goes on
+    device_ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(module, device_ids=device_ids, gradient_as_bucket_view=True)
 
 
 def no_sync(module: torch.nn.Module):
