@@ -1,9 +1,13 @@
-"""Shared fixtures: the local Multi30k copy and tiny models."""
+"""Shared fixtures: the local Multi30k copy, tiny models, and a live server in a thread."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -139,3 +143,34 @@ def tiny_run(tmp_path_factory) -> Path:
     tmp_path = tmp_path_factory.mktemp("tiny_run")
     train(config_from_dict(copy_task_config(tmp_path)), tmp_path / "run", progress=False)
     return tmp_path / "run"
+
+
+@contextlib.contextmanager
+def live_server(app) -> Iterator[str]:
+    """``app`` served by uvicorn on a free port, in a thread (for what needs a real connection:
+    client disconnects, other projects' HTTP clients): its base URL, without a trailing slash,
+    once ``/health`` answers 200; stopped at exit."""
+    import httpx
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.05)
+    url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    while True:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "the model did not load"
+        time.sleep(0.05)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(30)

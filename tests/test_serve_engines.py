@@ -5,8 +5,6 @@ against a live server."""
 from __future__ import annotations
 
 import shutil
-import threading
-import time
 import urllib.error
 
 import pytest
@@ -17,6 +15,7 @@ from attnmt.decode.translator import Translator
 from attnmt.rundir import CONFIG, WEIGHTS, read_config, save_weights, write_config
 from attnmt.serve.app import create_app
 from attnmt.serve.settings import ServeSettings
+from tests.conftest import live_server
 from tests.test_serve_api import SENTENCES, _wait_ready
 
 pytest.importorskip("ctranslate2")
@@ -107,27 +106,10 @@ def test_models_route_describes_an_imported_model(dirs):
 @pytest.fixture(scope="module")
 def live(dirs):
     """A live server (uvicorn on a free port, in a thread) with the native engine: its URL."""
-    import uvicorn
-
     app = create_app(lambda: _translator(dirs, "trained"), ServeSettings(max_sentences=16), name="trained",
                      languages=("de", "en"))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    url = f"http://127.0.0.1:{port}/"
-    import httpx
-
-    while httpx.get(url + "health").status_code != 200:
-        assert time.monotonic() < deadline, "the model did not load"
-        time.sleep(0.05)
-    yield url
-    server.should_exit = True
-    thread.join(30)
+    with live_server(app) as url:
+        yield url + "/"
 
 
 def test_libretranslatepy_gets_what_v1_translate_gives(live):

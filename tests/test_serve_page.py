@@ -44,6 +44,20 @@ def _start(model_dir, *extra):
         time.sleep(0.1)
 
 
+def translate_on_page(playwright, url: str, text: str, beam_size: int, nbest: int):
+    """Headless Chromium on the server's page at ``url``: ``text`` translated with ``beam_size``
+    and ``nbest`` through the form, waited for until its tokens show; (browser, page)."""
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    page.goto(url + "/")
+    page.fill("#source", text)
+    page.fill("#beam-size", str(beam_size))
+    page.fill("#nbest", str(nbest))
+    page.click("#translate")
+    page.wait_for_selector("#translation .tok")
+    return browser, page
+
+
 @pytest.fixture(scope="module")
 def server(dictionary_model_dir):
     proc, url = _start(dictionary_model_dir)
@@ -61,14 +75,7 @@ def test_page_shows_translation_confidence_and_attention(server, tmp_path):
                                                      "return_scores": True, "return_attention": True}).json()
     expected = api["translations"][0]
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1100, "height": 900})
-        page.goto(server + "/")
-        page.fill("#source", SENTENCE)
-        page.fill("#beam-size", "3")
-        page.fill("#nbest", "2")
-        page.click("#translate")
-        page.wait_for_selector("#translation .tok")
+        browser, page = translate_on_page(p, server, SENTENCE, beam_size=3, nbest=2)
         shown = page.get_attribute("#translation", "data-text")
         tokens = page.locator("#translation .tok")
         assert shown == expected["text"] != ""

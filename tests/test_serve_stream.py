@@ -7,17 +7,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
-import threading
 import time
 
 import httpx
 import pytest
-import uvicorn
 
 from attnmt.decode.translator import Translator
 from attnmt.serve.app import create_app
 from attnmt.serve.settings import ServeSettings
+from tests.conftest import live_server
 
 LONG = " ".join(["ein mann sieht hund und katze", "frau fährt rot auto", "kind spielt ball"] * 3)
 
@@ -29,26 +27,8 @@ def translator(dictionary_model_dir):
 
 @pytest.fixture(scope="module")
 def url(translator):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(lambda: translator, ServeSettings(max_wait_ms=1)),
-                                           host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(base + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    yield base
-    server.should_exit = True
-    thread.join(30)
+    with live_server(create_app(lambda: translator, ServeSettings(max_wait_ms=1))) as base:
+        yield base
 
 
 def _events(response):
@@ -150,7 +130,7 @@ def test_constraints_alignments_and_confidence_in_the_api(url):
 
 
 def test_the_page_streams_words_and_shades_unsure_ones(url, tmp_path):
-    from tests.test_serve_page import CHROMIUM
+    from tests.test_serve_page import CHROMIUM, translate_on_page
 
     if not os.path.exists(CHROMIUM):
         pytest.skip("chromium is not installed (.ci/run installs it)")
@@ -166,14 +146,7 @@ def test_the_page_streams_words_and_shades_unsure_ones(url, tmp_path):
     else:
         pytest.fail("the toy model is sure of every word of every candidate sentence: no shading to check")
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1100, "height": 900})
-        page.goto(url + "/")
-        page.fill("#source", text)
-        page.fill("#beam-size", "3")
-        page.fill("#nbest", "1")
-        page.click("#translate")
-        page.wait_for_selector("#translation .tok")
+        browser, page = translate_on_page(p, url, text, beam_size=3, nbest=1)
         assert page.get_attribute("#translation", "data-text") == best["text"]
         streamed = [li.split("+")[0].strip() for li in page.locator("#stream-log li").all_inner_texts()]
         assert streamed == best["words"]  # every word arrived as an event, in order
