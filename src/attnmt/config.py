@@ -238,7 +238,7 @@ class TrainConfig(_Section):
     schedule: Literal["noam", "constant", "inverse_sqrt", "cosine_restarts", "time_budget"] = Field(
         "noam", description="noam: paper eq. 3; constant; inverse_sqrt; cosine_restarts: SGDR (Loshchilov and "
         "Hutter, 2017) as TF's CosineDecayRestarts; time_budget: warmup and decay over the fraction of "
-        "max_minutes used, fitted to the measured update rate")
+        "max_minutes used, fitted to the measured update rate (or of max_steps, where that ends first)")
     lr: float = Field(1e-3, gt=0, description="peak rate for constant/inverse_sqrt/time_budget, initial rate for "
                       "cosine_restarts")
     lr_factor: float = Field(1.0, gt=0, description="'factor' of the noam schedule")

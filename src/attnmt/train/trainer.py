@@ -417,6 +417,8 @@ class Trainer:
         if self.config.train.schedule == "time_budget":  # refit to the update rate measured so far
             self.state.expected_steps = expected_updates(self.state.step, self.elapsed() - self.setup_seconds,
                                                          self.config.train.max_minutes * 60 - self.setup_seconds)
+            if self.config.train.max_steps:  # the budget is whichever ends first: the minutes or the updates
+                self.state.expected_steps = min(self.state.expected_steps, self.config.train.max_steps)
         self.scheduler.step()
         self.zero_grad()
         return loss_sum, nll_sum, local_tokens
