@@ -27,7 +27,7 @@ OTHER_VALUE = {
     "character_coverage": 0.99, "max_sentences": 10, "lowercase": True, "min_freq": 2, "max_vocab": 10,
     "token_filter": "alpha_punct", "require_vectors": True, "src_lang": "de", "tgt_lang": "en",
     "src_vectors": "de.vec", "tgt_vectors": "en.vec", "positional_layout": "halves", "length_penalty": 1.0,
-    "length_penalty_k": 1.0,
+    "length_penalty_k": 1.0, "patience": 2.0,
 }
 
 # (name, YAML text, the key whose line the message gives, words the message must hold)
@@ -92,7 +92,8 @@ def test_cli_refuses_each_cross_field_rule_with_exit_2_and_one_line(name, text, 
 
 def _wrong_option_value(section: str, option: str, values: tuple[str, ...]) -> str:
     """A value of the option under which the key does not apply (not time_budget, which needs more)."""
-    choices = typing.get_args(getattr(Config.model_fields[section].annotation, "model_fields")[option].annotation)
+    annotation = getattr(Config.model_fields[section].annotation, "model_fields")[option].annotation
+    choices = (False, True) if annotation is bool else typing.get_args(annotation)
     return next(v for v in choices if v not in values and v != "time_budget")
 
 

@@ -324,6 +324,13 @@ class DecodeConfig(_Section):
         "log-probability per token, OpenNMT-py's 'avg' and CTranslate2's default")
     max_len_a: float = Field(1.5, ge=0.0, description="max output length = a * source length + b")
     max_len_b: int = Field(10, ge=0, description="b of the output length limit a * source length + b (tokens)")
+    early_stopping: bool = Field(
+        False, description="beam search's stopping rule: true stops a sentence once round(beam_size x patience) "
+        "hypotheses have finished (CTranslate2's and fairseq's rule; at the length limit the best hypotheses end "
+        "without EOS); false is exact stopping, once no open hypothesis can beat the nbest finished ones (greedy "
+        "search is the same under both)")
+    patience: float = Field(1.0, ge=1.0, description="with early_stopping: wait for round(beam_size x patience) "
+                            "finished hypotheses (Kasai et al., 2022)")
     batch_size: int = Field(128, gt=0, description="sentences per search batch")
     precision: Literal["fp32", "bf16", "int8"] = Field(
         "fp32", description="inference precision: float32, bfloat16, or int8 (linear layers dynamically quantised "
@@ -340,7 +347,7 @@ class DecodeConfig(_Section):
 # option's values where the key applies). A key set explicitly (pydantic's ``model_fields_set``:
 # written in the file or given with --set) to a value other than its default while its option has
 # another value is refused, naming the option, so a knob never silently does nothing.
-APPLIES_ONLY_TO: dict[tuple[str, str], tuple[str, str, tuple[str, ...]]] = {
+APPLIES_ONLY_TO: dict[tuple[str, str], tuple[str, str, tuple[str | bool, ...]]] = {
     **{("train", k): ("train", "schedule", ("cosine_restarts",))
        for k in ("first_decay_steps", "t_mul", "m_mul", "alpha")},
     **{("train", k): ("train", "schedule", ("time_budget",)) for k in ("warmup_fraction", "budget_decay")},
@@ -356,6 +363,7 @@ APPLIES_ONLY_TO: dict[tuple[str, str], tuple[str, str, tuple[str, ...]]] = {
     **{("model", k): ("tokenizer", "kind", ("word",)) for k in ("src_vectors", "tgt_vectors")},
     ("model", "positional_layout"): ("model", "positional", ("sinusoidal",)),
     **{("decode", k): ("decode", "length_penalty_type", ("gnmt",)) for k in ("length_penalty", "length_penalty_k")},
+    ("decode", "patience"): ("decode", "early_stopping", (True,)),
 }
 
 
@@ -372,7 +380,7 @@ def _unused_keys(config: "Config") -> None:
             continue
         value = getattr(getattr(config, opt_section), option)
         if value not in values:
-            wanted = " or ".join(values)
+            wanted = " or ".join(str(v).lower() if isinstance(v, bool) else v for v in values)
             raise KeyRuleError(f"{section}.{key}", f"{section}.{key} applies only to {opt_section}.{option} {wanted}, "
                                f"and {opt_section}.{option} is {value}: remove {section}.{key} or set "
                                f"{opt_section}.{option}")

@@ -106,7 +106,8 @@ def search_batch(model: Transformer, sources: list[list[int]], options: SearchOp
     else:
         alpha, k = options.length_penalty, options.length_penalty_k
     return beam_search(model, src, options.beam_size, alpha, k, options.max_len_a, options.max_len_b, options.nbest,
-                       options.constraints if constrained else None, options.on_step)
+                       options.constraints if constrained else None, options.on_step, options.early_stopping,
+                       options.patience)
 
 
 def translate_ids(model: Transformer, sources: list[list[int]], options: SearchOptions, batch_size: int,

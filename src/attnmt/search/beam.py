@@ -1,4 +1,4 @@
-"""Batched beam search with the GNMT length penalty, exact stopping and n-best lists.
+"""Batched beam search with the GNMT length penalty, two stopping rules and n-best lists.
 
 Length penalty (Wu et al., 2016, equation 14): lp(Y) = ((k + |Y|) / (k + 1))^alpha, with |Y|
 the number of output tokens including EOS and k = 5 in the paper (``length_penalty_k``); a
@@ -6,11 +6,22 @@ finished hypothesis is ranked by log P(Y | X) / lp(Y). alpha = 0 ranks by log-pr
 
 Each step keeps K open hypotheses (beams) per sentence. Of the 2K best one-token extensions
 (:func:`best_extensions`), those ending with EOS and ranked within the first K become finished
-hypotheses; the K best others stay open (fairseq's scheme). A sentence is done once it has
-``nbest`` finished hypotheses and no open one can still beat the worst of them: an open
-hypothesis with log-probability s <= 0 can at best reach s / max(lp(now + 1), lp(max length)),
-since log-probabilities only fall as it grows. At its length limit every hypothesis must end
-with EOS. Done sentences leave the batch.
+hypotheses; the K best others stay open (fairseq's and CTranslate2's scheme). When a sentence is
+done depends on the stopping rule (``SearchOptions.early_stopping``):
+
+- Exact stopping: a sentence is done once it has ``nbest`` finished hypotheses and no open one
+  can still beat the worst of them: an open hypothesis with log-probability s <= 0 can at best
+  reach s / max(lp(now + 1), lp(max length)), since log-probabilities only fall as it grows. At
+  its length limit every open hypothesis is given EOS.
+- Early stopping (CTranslate2's ``translate_batch``, src/decoding.cc; fairseq; Kasai et al.,
+  2022 for the patience p): a sentence is done once ``round(K x p)`` hypotheses have finished
+  (several can finish in one step, so it may have a few more); the best ``nbest`` of them by
+  score are returned. At its length limit, the step's K best extensions finish as they are,
+  EOS or not (CTranslate2's last step): a hypothesis cut there has no EOS. The length penalty
+  only ranks; it never decides when to stop. Sentences with constraints still end with EOS at
+  their limit (their phrases are checked when EOS is allowed).
+
+Done sentences leave the batch.
 
 The search owns the decoder's key/value cache and reorders it to follow the surviving beams.
 The source side (encoder output, padding mask, source-attention keys and values) is kept once
@@ -36,6 +47,7 @@ from attnmt.data.tokenizers import BOS_ID, EOS_ID
 from attnmt.model.transformer import Transformer
 from attnmt.search.constraints import ConstraintTracker, Phrases
 from attnmt.search.hypothesis import Hypothesis, max_output_lengths
+from attnmt.search.options import finished_wanted
 
 
 def length_penalty(length: int | float, alpha: float, k: float = 5.0) -> float:
@@ -114,17 +126,23 @@ class _Beams:
         return cls(list(range(batch_size)), scores, history, torch.zeros((batch_size * beam_size, 0), device=device))
 
 
-def _finish(ext: Extensions, beams: _Beams, finished: list[list[Hypothesis]], alpha: float, k: float) -> None:
-    """Append the EOS extensions ranked within the first K to their sentence's finished list."""
+def _finish(ext: Extensions, beams: _Beams, finished: list[list[Hypothesis]], alpha: float, k: float,
+            cut: torch.Tensor | None = None) -> None:
+    """Append the EOS extensions ranked within the first K to their sentence's finished list;
+    for the sentences flagged in ``cut`` ((n,) bool: early stopping at the length limit) all of
+    the first K, EOS or not."""
     beam_size = beams.scores.size(1)
-    is_eos = ext.tokens[:, :beam_size] == EOS_ID
-    new = (is_eos & torch.isfinite(ext.scores[:, :beam_size])).nonzero().tolist()
+    ends = ext.tokens[:, :beam_size] == EOS_ID  # (n, K)
+    if cut is not None:
+        ends |= cut[:, None]
+    new = (ends & torch.isfinite(ext.scores[:, :beam_size])).nonzero().tolist()
     if not new:
         return
-    rows, token_lp, scores = ext.rows.tolist(), ext.token_lp.tolist(), ext.scores.tolist()
+    rows, tokens_new = ext.rows.tolist(), ext.tokens.tolist()
+    token_lp, scores = ext.token_lp.tolist(), ext.scores.tolist()
     for i, j in new:
         r = rows[i][j]
-        tokens = beams.history[r, 1:].tolist() + [EOS_ID]
+        tokens = beams.history[r, 1:].tolist() + [tokens_new[i][j]]
         log_prob = scores[i][j]
         finished[beams.active[i]].append(Hypothesis(
             tokens, beams.history_lp[r].tolist() + [token_lp[i][j]], log_prob,
@@ -132,11 +150,15 @@ def _finish(ext: Extensions, beams: _Beams, finished: list[list[Hypothesis]], al
 
 
 def _is_done(finished: list[Hypothesis], best_open: float, t: int, limit: int, nbest: int,
-             alpha: float, k: float) -> bool:
+             alpha: float, k: float, wanted: int | None = None) -> bool:
     """Whether a sentence's search is over after t tokens (module docstring): its length limit,
-    no live beam left, or ``nbest`` finished hypotheses that no open beam can still beat."""
+    no live beam left, and then under early stopping (``wanted``: the finished hypotheses that
+    end it) ``wanted`` finished hypotheses, under exact stopping (``wanted`` None) ``nbest``
+    finished hypotheses that no open beam can still beat."""
     if limit <= t or best_open == float("-inf"):
         return True
+    if wanted is not None:
+        return len(finished) >= wanted
     if len(finished) < nbest:
         return False
     worst_kept = sorted((h.score for h in finished), reverse=True)[nbest - 1]
@@ -149,6 +171,7 @@ def beam_search(
     model: Transformer, src: torch.Tensor, beam_size: int = 5, alpha: float = 0.6,
     length_penalty_k: float = 5.0, max_len_a: float = 1.5, max_len_b: int = 10, nbest: int = 1,
     constraints: Sequence[Phrases] | None = None, on_step: Callable[[int, list[int]], bool] | None = None,
+    early_stopping: bool = False, patience: float = 1.0,
 ) -> list[list[Hypothesis]]:
     """Beam search over a batch of sentences.
 
@@ -168,15 +191,20 @@ def beam_search(
             beams and finished hypotheses (every hypothesis the search can still return starts
             with it). Returning True stops that sentence's search (its result is then
             meaningless), e.g. when nobody waits for it any more.
+        early_stopping, patience: the stopping rule (module docstring): early stopping after
+            ``round(beam_size x patience)`` finished hypotheses (patience >= 1), or exact.
     Returns:
         For each sentence, in input order, ``nbest`` :class:`Hypothesis` sorted best first
         (always ``nbest``, see :func:`_nbest`).
     Raises:
-        ValueError: nbest outside [1, beam_size], a vocabulary smaller than 2 * beam_size, or
-            constraints that do not match the batch or hold special ids.
+        ValueError: nbest outside [1, beam_size], a vocabulary smaller than 2 * beam_size,
+            constraints that do not match the batch or hold special ids, or a patience below 1.
     """
     if not 1 <= nbest <= beam_size:
         raise ValueError(f"nbest must be between 1 and beam_size ({beam_size}), got {nbest}")
+    if not patience >= 1:
+        raise ValueError(f"patience must be at least 1, got {patience}")
+    wanted = finished_wanted(beam_size, patience) if early_stopping else None
     K, device = beam_size, src.device
     memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S): one row per sentence
     limits = max_output_lengths(src, model.pad_id, max_len_a, max_len_b, model.config.max_positions - 1).tolist()
@@ -192,12 +220,17 @@ def beam_search(
         constrained = tracker is not None and tracker.any(beams.active)
         if constrained:  # no EOS before every phrase is met
             logp = tracker.mask_eos(logp, beams.active)
+        cut = None
+        if wanted is not None and bool(at_limit.any()):  # early stopping: no EOS forced but for phrases
+            phrased = torch.tensor([tracker is not None and bool(tracker.phrases[s]) for s in beams.active],
+                                   device=device)  # (n,)
+            cut, at_limit = at_limit & ~phrased, at_limit & phrased
         ext = best_extensions(beams.scores, logp, at_limit)
         t += 1
         if constrained:  # dynamic beam allocation reorders a constrained sentence's candidates
             ext = Extensions(*tracker.reorder(ext.scores, ext.rows, ext.tokens, ext.token_lp, beams.scores, logp,
                                               beams.active, t))
-        _finish(ext, beams, finished, alpha, length_penalty_k)
+        _finish(ext, beams, finished, alpha, length_penalty_k, cut)
         # The K best non-EOS extensions stay open (a stable sort keeps their rank order).
         order = torch.argsort((ext.tokens == EOS_ID).to(torch.int8), dim=1, stable=True)[:, :K]  # (n, K)
         scores = ext.scores.gather(1, order)  # (n, K)
@@ -206,7 +239,7 @@ def beam_search(
         token_lp = ext.token_lp.gather(1, order).view(-1, 1)  # (n*K, 1)
         best_open = scores.max(dim=1).values.tolist()  # (n,)
         keep = [i for i, sent in enumerate(beams.active)
-                if not _is_done(finished[sent], best_open[i], t, limits[sent], nbest, alpha, length_penalty_k)]
+                if not _is_done(finished[sent], best_open[i], t, limits[sent], nbest, alpha, length_penalty_k, wanted)]
         if on_step is not None:  # streaming: report each kept sentence's settled tokens; True stops it
             keep = [i for i in keep if not on_step(beams.active[i], settled_prefix(
                 beams.history, rows, tokens, scores[i], i, finished[beams.active[i]]))]

@@ -7,6 +7,7 @@ supports which option.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -16,7 +17,15 @@ LENGTH_PENALTY_TYPES = ("gnmt", "average")
 # Options every engine must honour; the others are features an engine may lack (see
 # ``SearchOptions.requested`` and ``attnmt.decode.engine.check_supported``).
 CORE_OPTIONS = frozenset({"beam_size", "nbest", "length_penalty", "length_penalty_type", "length_penalty_k",
-                          "max_len_a", "max_len_b"})
+                          "max_len_a", "max_len_b", "early_stopping", "patience"})
+
+
+def finished_wanted(beam_size: int, patience: float) -> int:
+    """How many finished hypotheses end a sentence's beam search under early stopping:
+    ``beam_size x patience`` rounded half away from zero (CTranslate2's
+    ``std::round(beam_size * patience)``; Kasai et al., 2022, "Beam Decoding with Controlled
+    Patience"). Python's ``round`` would round 4.5 to 4, so it is not used."""
+    return int(math.floor(beam_size * patience + 0.5))
 
 
 @dataclass(frozen=True)
@@ -31,8 +40,16 @@ class SearchOptions:
     length_penalty: alpha of the GNMT penalty (unused by 'average').
     length_penalty_k: k of the GNMT penalty (5 in the paper).
     max_len_a, max_len_b: each sentence's output limit, ``floor(a * source length + b)`` tokens
-        with EOS (source length with its EOS), at most the model's ``max_positions - 1``; a
-        hypothesis stopped by the limit has no EOS.
+        with EOS (source length with its EOS), at most the model's ``max_positions - 1``. What
+        happens there depends on the stopping rule (``attnmt.search.beam``): greedy search and
+        exact beam search give every hypothesis still open EOS; early-stopping beam search
+        finishes its K best extensions as they are (a hypothesis cut there has no EOS).
+    early_stopping: the beam search's stopping rule (``attnmt.search.beam``). True: a sentence
+        is done once ``round(beam_size x patience)`` hypotheses have finished (CTranslate2's,
+        fairseq's and Hugging Face's rule). False: exact stopping, done once no open hypothesis
+        can still beat the ``nbest`` finished ones. Greedy search is the same under both.
+    patience: the patience factor p >= 1 of early stopping (Kasai et al., 2022): wait for
+        ``round(K x p)`` finished hypotheses instead of K. Only with ``early_stopping``.
     return_attention: also return the best hypothesis' encoder-decoder attention.
     constraints: lexically constrained search (``attnmt.search.constraints``, dynamic beam
         allocation): one entry per source sentence of the call, each a sequence of phrases
@@ -43,7 +60,8 @@ class SearchOptions:
 
     Raises:
         ValueError: beam_size < 1, nbest outside [1, beam_size], an unknown length_penalty_type,
-            negative length limits or k.
+            negative length limits or k, a patience below 1 (or not finite), or a patience other
+            than 1 without early stopping.
     """
 
     beam_size: int = 1
@@ -53,6 +71,8 @@ class SearchOptions:
     length_penalty_k: float = 5.0
     max_len_a: float = 1.5
     max_len_b: int = 10
+    early_stopping: bool = False
+    patience: float = 1.0
     return_attention: bool = False
     constraints: Sequence[Sequence[Sequence[int]]] | None = None
     on_step: Callable[[int, list[int]], bool] | None = None
@@ -66,6 +86,10 @@ class SearchOptions:
             raise ValueError(f"unknown length_penalty_type {self.length_penalty_type!r}; use gnmt or average")
         if self.max_len_a < 0 or self.max_len_b < 0 or self.length_penalty_k < 0:
             raise ValueError("max_len_a, max_len_b and length_penalty_k must not be negative")
+        if not (math.isfinite(self.patience) and self.patience >= 1):
+            raise ValueError(f"patience must be a number >= 1, got {self.patience}")
+        if self.patience != 1 and not self.early_stopping:
+            raise ValueError(f"patience ({self.patience}) applies only to early stopping (early_stopping true)")
 
     @classmethod
     def from_config(cls, decode: Any, **overrides: Any) -> "SearchOptions":
@@ -74,6 +98,12 @@ class SearchOptions:
         values = {f.name: getattr(decode, f.name) for f in fields(cls) if hasattr(decode, f.name)}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+    @property
+    def finished_wanted(self) -> int | None:
+        """Finished hypotheses that end a sentence's beam search (:func:`finished_wanted`), or
+        None under exact stopping."""
+        return finished_wanted(self.beam_size, self.patience) if self.early_stopping else None
 
     @property
     def is_greedy(self) -> bool:
