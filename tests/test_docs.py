@@ -154,3 +154,17 @@ def test_no_path_of_a_build_machine_is_committed():
             if MACHINE_PATH.search(line):
                 hits.append(f"{name.decode()}:{n}: {line.strip()[:100]}")
     assert not hits, "\n".join(hits)
+
+
+def test_ci_runs_the_readme_install_lines_and_test_command_as_written():
+    """.ci/run runs README command 1's install lines and command 2 verbatim, after installing the
+    system packages that README command 1 names for the browser features."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    command1, command2 = re.findall(r"```bash\n(.*?)```", readme, re.S)[:2]
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    install = [line for line in command1.splitlines() if line.startswith(("python3 -m venv", ".venv/bin/pip"))]
+    assert len(install) == 3 and all(line in ci for line in install)
+    assert command2.strip() == ".venv/bin/python -m pytest -q" and command2.strip() in ci
+    packages = re.search(r"apt-get install ([a-z0-9 -]+)", command1).group(1).split()
+    assert sorted(packages) == ["chromium", "nodejs", "npm"]
+    assert all(re.search(rf"\b{p}\b", "\n".join(ci)) for p in packages)

@@ -68,7 +68,7 @@ def server(dictionary_model_dir):
 
 def test_page_shows_translation_confidence_and_attention(server, tmp_path):
     if not os.path.exists(CHROMIUM):
-        pytest.skip("chromium is not installed (.ci/run installs it)")
+        pytest.skip("chromium is not installed (Debian package chromium)")
     from playwright.sync_api import sync_playwright
 
     api = httpx.post(server + "/v1/translate", json={"text": SENTENCE, "beam_size": 3, "nbest": 2,

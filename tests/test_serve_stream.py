@@ -133,7 +133,7 @@ def test_the_page_streams_words_and_shades_unsure_ones(url, tmp_path):
     from tests.test_serve_page import CHROMIUM, translate_on_page
 
     if not os.path.exists(CHROMIUM):
-        pytest.skip("chromium is not installed (.ci/run installs it)")
+        pytest.skip("chromium is not installed (Debian package chromium)")
     from playwright.sync_api import sync_playwright
 
     # a sentence of which the toy model is unsure of some words (how sure it is depends on its training)

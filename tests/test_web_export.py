@@ -3,8 +3,9 @@ local static server with and without the cross-origin isolation headers, must tr
 native search does, token for token; its JavaScript tokenizer must give Python SentencePiece's ids;
 and the JavaScript side's own tests (`node --test`) run here too.
 
-The page's assets are built by `npm ci && npm run build` in src/attnmt/web (.ci/run does it), the
-path a wheel takes; the export copies them, as it does after `pip install`.
+The page's assets are built by `npm ci && npm run build` in src/attnmt/web, which the package build
+runs (`pip install -e .` where npm is on PATH); the export copies them, as it does from a wheel.
+Without chromium, node or the built page the tests that need them skip, naming the package.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import pytest
 
 from attnmt.cli import main
 from attnmt.decode.translator import Translator
+from attnmt.interop import web as web_export
+from attnmt.interop import web_bundle
 from tests.conftest import GERMAN_ENGLISH
 from tests.test_interop_marian import _data_dir, marian  # noqa: F401  (the tiny MarianMT fixture)
 
@@ -84,7 +87,7 @@ class _Server:
 @pytest.fixture(scope="module")
 def browser():
     if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed (.ci/run installs it)")
+        pytest.skip("chromium is not installed (Debian package chromium)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -116,9 +119,16 @@ def _agreement(ours: list[list[int]], native) -> float:
     return sum(a == t.hypotheses[0].token_ids for a, t in zip(ours, native)) / len(native)
 
 
+def _require_page():
+    if web_bundle.missing_assets(web_export.WEB_DIR / "dist"):
+        pytest.skip("the web page is not built: pip install -e . builds it where npm is on PATH (Debian packages "
+                    "nodejs npm)")
+
+
 @pytest.fixture(scope="module")
 def site(dictionary_model_dir, tmp_path_factory):
     """The CLI's export of the toy-task model (float32)."""
+    _require_page()
     out = tmp_path_factory.mktemp("web") / "site"
     assert main(["-q", "export", "web", "--model", str(dictionary_model_dir), "--output", str(out)]) == 0
     return out
@@ -208,6 +218,7 @@ def test_imported_marian_model_in_the_page(browser, marian, tmp_path):  # noqa: 
     """An imported MarianMT model (decoder start = pad, pad forbidden, two SentencePiece models
     over vocab.json): the page's greedy and beam outputs equal the native ones (8 sentences of
     a random model whose outputs run long: >= 7 of them)."""
+    _require_page()
     hf_dir, _, sentences = marian
     model_dir, out = tmp_path / "imported", tmp_path / "site"
     assert main(["-q", "import", "marian", str(hf_dir), "--output", str(model_dir)]) == 0
@@ -269,7 +280,10 @@ def test_javascript_tokenizer_equals_sentencepiece(model_type, tmp_path):
     import sentencepiece as spm
 
     if not shutil.which("node"):
-        pytest.skip("node is not installed (.ci/run installs it)")
+        pytest.skip("node is not installed (Debian package nodejs)")
+    if not (WEB / "node_modules" / "@sctg").is_dir():
+        pytest.skip("the page's JavaScript packages are not installed: pip install -e . installs them where npm is "
+                    "on PATH (Debian package npm)")
     lines = _multi30k_lines()
     assert len(lines) == 500
     data = _data_dir() / "multi30k"
@@ -289,7 +303,7 @@ def test_javascript_tokenizer_equals_sentencepiece(model_type, tmp_path):
 def test_node_test_runner_passes():
     """The JavaScript side's own tests (search.js against hand-computed cases)."""
     if not shutil.which("node"):
-        pytest.skip("node is not installed (.ci/run installs it)")
+        pytest.skip("node is not installed (Debian package nodejs)")
     run = subprocess.run(["node", "--test", "test/"], cwd=WEB, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "# fail 0" in run.stdout and "# pass 0" not in run.stdout

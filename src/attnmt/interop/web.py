@@ -20,9 +20,10 @@ WebAssembly backend with SIMD, on several threads where the page is cross-origin
 require-corp``), on one thread otherwise; it fetches nothing from another origin.
 
 The JavaScript side (``attnmt/web``: package.json, its lockfile, the sources and the tests) is
-bundled with esbuild into ``attnmt/web/dist`` when the package is built (``npm ci && npm run
-build`` there, which .ci/run does); the export copies that folder, so after ``pip install`` it
-needs neither Node nor the network. Its search is attnmt's (greedy and beam search with the same
+bundled with esbuild into ``attnmt/web/dist`` when the package is built: ``pip install`` (editable
+or not) and ``pip wheel`` run ``npm ci && npm run build`` there where npm is on PATH
+(``setup.py``, :mod:`attnmt.interop.web_bundle`). The export copies that folder, so it needs
+neither Node nor the network, and refuses a bundle older than its sources. Its search is attnmt's (greedy and beam search with the same
 length limits and length penalty, :mod:`attnmt.search`), so the page's outputs equal
 ``attnmt translate``'s token for token, up to float rounding in near ties.
 
@@ -47,28 +48,40 @@ from attnmt.config import DEFAULT_ATTENTION_LAYER
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, VocabTokenizer
 from attnmt.errors import AttnmtError, CheckpointError
 from attnmt.interop.extras import require
+from attnmt.interop import web_bundle
 from attnmt.interop.onnx import DECODER_STEP, ENCODER, export_onnx
 
 log = logging.getLogger(__name__)
 
 WEB_DIR = Path(__file__).resolve().parents[1] / "web"
-ASSETS = WEB_DIR / "dist"
-ASSET_FILES = ("index.html", "attnmt.js", "attnmt.js.LEGAL.txt", "ort-wasm-simd-threaded.mjs",
-               "ort-wasm-simd-threaded.wasm")
 QUANTIZATIONS = ("float32", "int8")
 
 
-def assets_dir() -> Path:
-    """The bundled page (``attnmt/web/dist``).
+def assets_dir(web_dir: Path | None = None) -> Path:
+    """The bundled page (``dist/`` of ``web_dir``, by default ``attnmt/web``), checked against its
+    sources where they are present.
 
     Raises:
-        AttnmtError: it has not been built (a source checkout before ``npm ci && npm run build``).
+        AttnmtError: it is not built (a wheel built without npm, or a source checkout installed
+            without npm on PATH), or, in a source checkout, a source changed since it was built.
     """
-    missing = [name for name in ASSET_FILES if not (ASSETS / name).is_file()]
+    web_dir = web_dir or WEB_DIR
+    dist = web_dir / "dist"
+    missing = web_bundle.missing_assets(dist)
+    if missing and not (web_dir / "package.json").is_file():  # an installed wheel: no sources to build from
+        raise AttnmtError(f"this attnmt installation has no web page (its wheel was built without npm); install "
+                          f"{web_bundle.BUILD_PACKAGES}, then reinstall attnmt from its source with them on PATH "
+                          f"(pip install . in a clone)")
     if missing:
-        raise AttnmtError(f"{ASSETS}: the web page is not built ({', '.join(missing)} missing); build it with: "
-                          f"cd {WEB_DIR} && npm ci && npm run build")
-    return ASSETS
+        raise AttnmtError(f"{dist}: the web page is not built ({', '.join(missing)} missing); with "
+                          f"{web_bundle.BUILD_PACKAGES} installed, rebuild it: pip install -e {web_dir.parents[2]}, "
+                          f"or cd {web_dir} && npm ci && npm run build")
+    changed = web_bundle.changed_sources(web_dir)
+    if changed:
+        raise AttnmtError(f"{dist}: the web page is older than its sources ({', '.join(changed[:3])}"
+                          f"{' ...' if len(changed) > 3 else ''} changed since it was built); rebuild it: "
+                          f"cd {web_dir} && npm run build")
+    return dist
 
 
 def _quantize_int8(src: Path, dst: Path) -> None:
@@ -142,7 +155,7 @@ def export_web(model_dir: str | Path, output: str | Path, quantization: str | No
                 _quantize_int8(graphs / name, model_out / name)
             else:
                 shutil.copyfile(graphs / name, model_out / name)
-        for name in ASSET_FILES:
+        for name in web_bundle.ASSET_FILES:
             shutil.copyfile(assets / name, site / name)
         m, d = config.model, config.decode
         pair = config.data.pair if config.data is not None and config.data.pair else None

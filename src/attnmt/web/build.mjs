@@ -1,10 +1,13 @@
 // Bundle the page's module with esbuild into dist/ (what `attnmt export web` copies into a site):
 // dist/index.html, dist/attnmt.js (the page, ONNX Runtime Web's API and SentencePiece compiled to
 // WebAssembly), and ONNX Runtime's WebAssembly backend, ort-wasm-simd-threaded.{mjs,wasm}, which
-// the module loads from its own folder at run time.
+// the module loads from its own folder at run time. Last, dist/SOURCES.sha256: the SHA-256 of each
+// file the bundle is built from, in sha256sum's format, which `attnmt export web` compares with the
+// sources to refuse a stale bundle (attnmt/interop/web_bundle.py defines the same list).
 import { build } from "esbuild";
-import { copyFileSync, mkdirSync, rmSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { createHash } from "node:crypto";
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { dirname, join, relative, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = dirname(fileURLToPath(import.meta.url));
@@ -33,3 +36,15 @@ for (const name of ["ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm"]
   copyFileSync(join(ortDist, name), join(dist, name));
 }
 copyFileSync(join(root, "index.html"), join(dist, "index.html"));
+
+function filesUnder(dir) {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? filesUnder(join(dir, e.name)) : e.isFile() ? [join(dir, e.name)] : []);
+}
+const sources = ["build.mjs", "index.html", "package.json", "package-lock.json"].map((name) => join(root, name))
+  .concat(filesUnder(join(root, "src")))
+  .map((path) => relative(root, path).split(sep).join("/"))
+  .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+const record = sources.map((path) =>
+  `${createHash("sha256").update(readFileSync(join(root, path))).digest("hex")}  ${path}\n`);
+writeFileSync(join(dist, "SOURCES.sha256"), record.join(""));
