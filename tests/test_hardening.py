@@ -169,7 +169,7 @@ def test_cli_user_mistakes_are_one_line(tiny_run, broken_models, tmp_path, capsy
     for name, needles in (("truncated", ["model.safetensors", "truncated"]), ("empty", ["model.safetensors"]),
                           ("no_weights", ["model.safetensors"]), ("bad_yaml", ["config.yaml:3", "YAML syntax"]),
                           ("no_spm", ["no tokenizer", "spm.model"]), ("bad_spm", ["spm.model"]),
-                          ("other_size", ["model.safetensors", "do not fit"])):
+                          ("other_size", ["config.yaml", "model.d_model is 32", "model.safetensors"])):
         cases.append((["translate", "--model", str(broken_models[name]), *inp], needles))
     for args, needles in cases:
         rc, out, err = run_cli(capsys, *args)

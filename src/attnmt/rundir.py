@@ -5,13 +5,16 @@
                                or the word vocabularies src.vocab.json and tgt.vocab.json
     RUN_DIR/vocab.json         with src.spm.model and tgt.spm.model: the shared vocabulary of an
                                imported MarianMT model (a JSON list, the piece of each id)
-    RUN_DIR/model.safetensors  the weights translation uses
+    RUN_DIR/model.safetensors  the weights translation uses, with the model section they were
+                               trained as in their metadata (:data:`ARCHITECTURE`)
 
 Training adds its resumable state under ``RUN_DIR/checkpoints/`` (``attnmt.train.checkpoint``),
 which translation never reads. Every file is written to a temporary name in the same directory
 and renamed into place (:func:`atomic_write`), so a crash leaves the old file or the new one,
 never a torn one. Loading never executes code from a file: weights are safetensors and YAML is
-read with ``yaml.safe_load``.
+read with ``yaml.safe_load``. Loading weights refuses a config.yaml whose model section no longer
+says what they were trained as (a hand edit such as num_heads 8 -> 4 keeps every weight shape
+and would otherwise load as another function): :func:`check_architecture`.
 
 Library: safetensors, PyYAML.
 """
@@ -31,7 +34,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from attnmt.config import Config, config_from_yaml
+from attnmt.config import Config, ModelConfig, config_from_yaml
 from attnmt.data.tokenizers import Tokenizer, VocabTokenizer, WordTokenizer
 from attnmt.errors import CheckpointError, ConfigError, WriteError
 from attnmt.model.transformer import Transformer
@@ -42,17 +45,50 @@ JOINT_SPM, SRC_SPM, TGT_SPM = "spm.model", "src.spm.model", "tgt.spm.model"
 SRC_WORDS, TGT_WORDS = "src.vocab.json", "tgt.vocab.json"
 VOCAB = "vocab.json"
 
+# The safetensors metadata key under which :func:`save_weights` records the model section a
+# Transformer's weights were trained as (JSON, the keys of :func:`architecture`).
+ARCHITECTURE = "attnmt_model"
+
+# Model keys that do not change the function a trained model computes at inference, so that a
+# model directory's config.yaml may change them: the dropout rates act in training only; init,
+# the pretrained vectors and freeze_embeddings act when training starts.
+INFERENCE_FREE_KEYS = frozenset({"dropout", "attention_dropout", "activation_dropout", "time_shared_dropout",
+                                 "init", "src_vectors", "tgt_vectors", "freeze_embeddings"})
+
+
+def writes_in_place(path: str | Path) -> bool:
+    """Whether ``path`` names an existing device, pipe or socket (``/dev/null``, ``/dev/stdout``
+    on a pipe or a terminal, a FIFO), which :func:`atomic_write` writes in place: renaming a
+    file onto it would replace the device node (as root) or fail (in a directory such as /dev
+    that only root may write)."""
+    path = Path(path)
+    if not path.exists() or path.is_dir():
+        return False
+    target = path.resolve()
+    return not target.exists() or not target.is_file()  # /proc/self/fd/1 of a pipe resolves to 'pipe:[N]'
+
 
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
     """Call ``write(tmp_path)`` for a temporary file in ``path``'s directory, fsync it, rename it
     onto ``path`` (atomic on one filesystem) and fsync the directory, so that after a crash or a
     full disk ``path`` holds the old content or the new, never a torn file. The temporary file is
-    removed if anything fails; the parent directory is created if needed.
+    removed if anything fails; the parent directory is created if needed. A symbolic link is
+    followed (the file it names is replaced, the link kept); a device, pipe or socket
+    (:func:`writes_in_place`) is written directly, ``write(path)``.
 
     Raises:
         WriteError: the file cannot be written (full disk, no permission, ...); ``path`` is unchanged.
     """
     path = Path(path)
+    if writes_in_place(path):
+        try:
+            write(str(path))
+        except (OSError, RuntimeError, SafetensorError) as e:
+            reason = getattr(e, "strerror", None) or str(e).splitlines()[0]
+            raise WriteError(f"{path}: cannot write: {reason}") from e
+        return
+    if path.is_symlink():  # replace the file a link names, never the link itself
+        path = path.resolve()
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -201,21 +237,74 @@ def model_languages(model_dir: str | Path) -> tuple[str | None, str | None]:
     return (match.group(1), match.group(2)) if match else languages
 
 
+def architecture(cfg: ModelConfig) -> dict:
+    """The keys of a model section that fix what its weights compute (all but
+    :data:`INFERENCE_FREE_KEYS`), as JSON values: what :func:`save_weights` records."""
+    return {k: v for k, v in cfg.model_dump(mode="json").items() if k not in INFERENCE_FREE_KEYS}
+
+
 def save_weights(model: nn.Module, path: str | Path, metadata: dict[str, str] | None = None) -> None:
-    """Write the model's parameters as safetensors (tied tensors stored once), atomically."""
+    """Write the model's parameters as safetensors (tied tensors stored once), atomically; for a
+    :class:`Transformer`, with its :func:`architecture` under the metadata key :data:`ARCHITECTURE`."""
+    if isinstance(model, Transformer):
+        metadata = {**(metadata or {}), ARCHITECTURE: json.dumps(architecture(model.config), sort_keys=True)}
     atomic_write(path, lambda tmp: save_model(model, tmp, metadata=metadata))
 
 
-def load_weights(model: nn.Module, path: str | Path) -> None:
-    """Load safetensors weights into ``model`` (strict: every parameter must match).
+def check_architecture(cfg: ModelConfig, path: str | Path, config_file: str | Path | None = None) -> None:
+    """Refuse a model section that differs from the one the weights file ``path`` records
+    (:data:`ARCHITECTURE`) in a key that changes the function (not :data:`INFERENCE_FREE_KEYS`).
+    Weights written before the record existed, or by other tools, have none and pass (their
+    shapes are still checked by :func:`load_weights`); keys only one side knows are skipped, so
+    a key added to ModelConfig later does not refuse older weights.
 
+    Args:
+        config_file: the configuration ``cfg`` was read from, named in the error (default: the
+            config.yaml beside ``path``).
     Raises:
-        CheckpointError: missing, empty, truncated or non-safetensors file, or names/shapes that
-            do not fit the model.
+        CheckpointError: naming ``config_file``, each differing key with both values, and ``path``;
+            or ``path`` is not a readable safetensors file.
+    """
+    path = Path(path)
+    config_file = config_file if config_file is not None else path.with_name(CONFIG)
+    try:
+        with safe_open(str(path), "pt") as f:
+            recorded = (f.metadata() or {}).get(ARCHITECTURE)
+    except (SafetensorError, OSError) as e:
+        raise CheckpointError(f"{path}: not a readable safetensors file (empty, truncated or another format?): "
+                              f"{e}") from None
+    if recorded is None:
+        return
+    try:
+        trained = json.loads(recorded)
+    except json.JSONDecodeError:
+        raise CheckpointError(f"{path}: its {ARCHITECTURE} metadata is not JSON") from None
+    now = architecture(cfg)
+    differing = [f"model.{k} is {json.dumps(now[k])} but the weights were trained with {json.dumps(trained[k])}"
+                 for k in sorted(now) if k in trained and now[k] != trained[k]]
+    if differing:
+        raise CheckpointError(f"{config_file}: does not match the weights {path}: {'; '.join(differing)}; was it "
+                              "edited after training? Restore these values (only the dropout rates, init, "
+                              "src_vectors, tgt_vectors and freeze_embeddings may change)")
+
+
+def load_weights(model: nn.Module, path: str | Path, config_file: str | Path | None = None) -> None:
+    """Load safetensors weights into ``model`` (strict: every parameter must match); for a
+    :class:`Transformer`, first :func:`check_architecture` of its configuration against the
+    record in the file.
+
+    Args:
+        config_file: where the model's configuration was read from, for the error
+            (default: the config.yaml beside ``path``).
+    Raises:
+        CheckpointError: missing, empty, truncated or non-safetensors file, a configuration that
+            differs from the one the weights record, or names/shapes that do not fit the model.
     """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such weights file")
+    if isinstance(model, Transformer):
+        check_architecture(model.config, path, config_file)
     try:
         missing, unexpected = load_model(model, str(path), strict=False)
     except (SafetensorError, OSError) as e:
@@ -239,6 +328,11 @@ def load_model_dir(run_dir: str | Path, weights: str | Path | None = None
     """
     config = read_config(run_dir)
     src_tok, tgt_tok = read_tokenizers(run_dir)
+    if weights is None:
+        for name, engine in (("model.bin", "ctranslate2"), ("encoder.onnx", "onnxruntime")):
+            if not (Path(run_dir) / WEIGHTS).exists() and (Path(run_dir) / name).is_file():
+                raise CheckpointError(f"{run_dir}: an export for the {engine} engine, without {WEIGHTS}; translate "
+                                      f"it with --engine {engine}")
     model = Transformer(config.model, len(src_tok), len(tgt_tok))
-    load_weights(model, weights if weights is not None else Path(run_dir) / WEIGHTS)
+    load_weights(model, weights if weights is not None else Path(run_dir) / WEIGHTS, Path(run_dir) / CONFIG)
     return config, src_tok, tgt_tok, model
