@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import mmap
 import random
 import signal
 import subprocess
@@ -19,12 +20,14 @@ import yaml
 
 from attnmt import rundir
 from attnmt.config import config_from_dict
-from attnmt.data import batching
+from attnmt.data import plan
 from attnmt.data.prepare import HashSet64, iter_pairs, pair_hash, prepare
 from attnmt.data.shards import ShardedCorpus, read_manifest
 from attnmt.errors import ConfigError, DataError
 from attnmt.train import data as train_data
 from attnmt.train.distributed import Ranks
+from attnmt.train import trainer as trainer_module
+from attnmt.train.checkpoint import LAST_STATE
 from attnmt.train.trainer import Trainer, train
 
 from .conftest import COPY_WORDS, copy_task_config
@@ -55,35 +58,6 @@ def test_hash_set_matches_a_python_set():
             expected.append(h not in reference)
             reference.add(h)
         assert new.tolist() == expected
-
-
-# ---- batching ------------------------------------------------------------------------------------
-
-def _reference_token_batches(lengths, budget, seed, epoch):
-    """The per-example Python batching the numpy version replaced (the specification)."""
-    rng = random.Random(seed * 1_000_003 + epoch)
-    noise = [rng.random() for _ in lengths]
-    keys = sorted(range(len(lengths)), key=lambda i: (lengths[i][1], lengths[i][0], noise[i]))
-    batches, current, longest = [], [], 0
-    for i in keys:
-        n = max(lengths[i])
-        if current and (len(current) + 1) * max(longest, n) > budget:
-            batches.append(current)
-            current, longest = [], 0
-        current.append(i)
-        longest = max(longest, n)
-    batches += [current] if current else []
-    rng.shuffle(batches)
-    return batches
-
-
-@pytest.mark.parametrize("budget", [40, 300, 4096])
-def test_numpy_batches_equal_the_python_reference(budget):
-    rng = random.Random(budget)
-    lengths = [(rng.randint(1, 80), rng.randint(1, 80)) for _ in range(2000)]
-    for epoch in (0, 3):
-        assert batching.token_batches(lengths, budget, seed=7, epoch=epoch) == _reference_token_batches(
-            lengths, budget, 7, epoch)
 
 
 # ---- preparing -----------------------------------------------------------------------------------
@@ -158,7 +132,10 @@ def test_shards_round_trip_equals_direct_encoding(tmp_path, dtype, workers):
     for i, (a, b) in enumerate(kept):
         s, t = corpus.pair(i)
         assert s.tolist() == a and t.tolist() == b, i
-    assert corpus.lengths.tolist() == [[len(a), len(b)] for a, b in kept]
+    lengths = [(s.tolist(), t.tolist()) for s, t in corpus.length_chunks(size=50)]  # memory-mapped, in chunks
+    assert [len(s) for s, _ in lengths][:3] == [50, 20, 50]  # shard by shard (70 pairs a shard)
+    assert [(a, b) for s, t in lengths for a, b in zip(s, t)] == [(len(a), len(b)) for a, b in kept]
+    assert all(isinstance(mapping, mmap.mmap) for _, mapping in corpus._lengths)
     # batches read copies across shards, in the order asked, and then unmap the pages they touched
     order = list(range(len(kept)))[::-1]
     src_ids, tgt_ids = corpus.pairs(order)
@@ -244,8 +221,8 @@ def test_corpus_weights_3_to_1(tmp_path):
     corpus = ShardedCorpus(tmp_path / "out")
     draws = []
     for epoch in (0, 1):
-        batches = batching.epoch_batches(*corpus.batch_lengths(), corpora, 200, None, 1, epoch)
-        indices = np.concatenate(batches)
+        batches = plan.epoch_plan(train_data.buckets(corpus), corpora, 200, None, 1, epoch).share()
+        indices = batches.indices
         from_a = int((indices < corpora[1]["start"]).sum())
         assert from_a / (len(indices) - from_a) == pytest.approx(3.0, rel=0.02)
         assert set(indices[indices < corpora[1]["start"]].tolist()) == set(range(corpora[1]["start"]))  # all of a
@@ -304,6 +281,36 @@ def test_resume_refuses_changed_data_or_batching_in_one_line(tmp_path):
     assert "\n" not in str(e.value)
     result = train(config_from_dict(longer), run, resume=True, progress=False, allow_data_change=True)
     assert result.steps == 6 and read_manifest(run / "data")["train"]["pairs"] == 401
+
+
+def test_epochs_are_planned_once_each_and_the_planner_is_in_the_signature(tmp_path, monkeypatch):
+    """Each epoch's share is planned once, after the previous one is freed; a finished run
+    resumed counts its epoch without planning it; a checkpoint of another planner (one from
+    before the planner was recorded, here) is refused in one line."""
+    raw = copy_task_config(tmp_path, max_steps=24, valid_every=12, average_last=0)  # 20 batches an epoch
+    trainer = Trainer(config_from_dict(raw), tmp_path / "run", progress=False)
+    planned, real = [], trainer_module.epoch_share
+
+    def epoch_share(config, data, epoch, ranks, start=0):
+        assert trainer._epoch_batches is None  # the previous epoch's share is gone
+        planned.append((epoch, start))
+        return real(config, data, epoch, ranks, start)
+
+    monkeypatch.setattr(trainer_module, "epoch_share", epoch_share)
+    first = trainer.run()
+    assert planned == [(0, 0), (1, 0)] and 1 < first.epochs_done < 2
+    assert torch.load(tmp_path / "run" / LAST_STATE, weights_only=True)["data"]["batch_plan"] == plan.GENERATOR
+    planned.clear()
+    again = train(config_from_dict(raw), tmp_path / "run", resume=True, progress=False)  # finished: nothing to do
+    assert planned == [] and again.epochs_done == first.epochs_done
+    state = torch.load(tmp_path / "run" / LAST_STATE, weights_only=True)
+    del state["data"]["batch_plan"]
+    torch.save(state, tmp_path / "run" / LAST_STATE)
+    longer = dict(raw, train={**raw["train"], "max_steps": 26})
+    with pytest.raises(ConfigError, match=r"cannot resume: the batch planner .* changed since the checkpoint "
+                                          r"\(None -> attnmt-plan-2 .*--allow-data-change") as e:
+        Trainer(config_from_dict(longer), tmp_path / "run", resume=True, progress=False)
+    assert "\n" not in str(e.value)
 
 
 def test_resume_from_a_prepared_directory_notices_a_new_one(tmp_path):

@@ -12,10 +12,11 @@ files: per split (``train``, ``valid``) and shard ``k`` (at most :data:`SHARD_PA
     DATA_DIR/manifest.json             counts, filter drops, tokenizer hashes, config, fingerprint
     DATA_DIR/spm.model (or src./tgt. models, or word vocabularies)   the tokenizers
 
-Opening a directory (:class:`ShardedCorpus`) reads the manifest and the lengths only; token
-arrays and offsets are memory-mapped, so a process touches just the pages of the pairs it
-batches, processes on one machine share them through the page cache, and after each batch
-the pages are unmapped from the process again (:meth:`ShardedCorpus.release`). A directory is
+Opening a directory (:class:`ShardedCorpus`) reads the manifest only; lengths, token arrays
+and offsets are memory-mapped, so a process touches just the pages it reads (the lengths when
+it plans an epoch, the pairs it batches), processes on one machine share them through the
+page cache, and after each batch the pages are unmapped from the process again
+(:meth:`ShardedCorpus.release`). A directory is
 written under a temporary name beside its destination and renamed into place when complete
 (:func:`staging_dir`), so a crash never leaves a half-written one.
 
@@ -193,9 +194,9 @@ class ShardedCorpus:
     """The pairs of one split of a prepared directory, memory-mapped.
 
     Attributes:
-        lengths: (N, 2) int32 source and target lengths of every pair (no specials), in memory.
         corpora: the manifest's corpora of this split: name, first global index, pairs, weight.
         dropped: pairs dropped by each filter when the split was prepared.
+        starts: (shards + 1,) the global index of each shard's first pair, and the pair count.
     Raises:
         DataError: a missing or truncated shard file (named).
     """
@@ -208,21 +209,20 @@ class ShardedCorpus:
         self.corpora, self.dropped = info.get("corpora", []), info["dropped"]
         self.shards: list[Shard] = []
         self._mmaps: list[mmap.mmap] = []
-        lengths = []
+        self._lengths: list[tuple[np.ndarray, mmap.mmap | None]] = []  # each shard's (pairs, 2) lengths, mapped
         for entry in info["shards"]:
-            shard_lengths = self._load(f"{entry['name']}.len.npy")
+            shard_lengths = self._load(f"{entry['name']}.len.npy", mapped=True, keep=False)
             if len(shard_lengths) != entry["pairs"]:
                 raise DataError(f"{self.directory / entry['name']}.len.npy: {len(shard_lengths)} pairs, the "
                                 f"manifest says {entry['pairs']}")
-            lengths.append(np.asarray(shard_lengths))
+            self._lengths.append((shard_lengths.view(np.ndarray), getattr(shard_lengths, "_mmap", None)))
             self.shards.append(Shard(*self._sides(entry["name"])))
-        self.lengths = np.concatenate(lengths) if lengths else np.zeros((0, 2), np.int32)
         self.starts = np.cumsum([0] + [e["pairs"] for e in info["shards"]])
 
-    def _load(self, name: str, mapped: bool = False) -> np.ndarray:
+    def _load(self, name: str, mapped: bool = False, keep: bool = True) -> np.ndarray:
         try:
             array = np.load(self.directory / name, mmap_mode="r" if mapped else None)
-            return self._keep(array) if mapped else array
+            return self._keep(array) if mapped and keep else array
         except (OSError, ValueError) as e:
             raise DataError(f"{self.directory / name}: unreadable shard file: {e}") from None
 
@@ -249,11 +249,19 @@ class ShardedCorpus:
         return [src, src_idx, tgt, tgt_idx]
 
     def __len__(self) -> int:
-        return len(self.lengths)
+        return int(self.starts[-1])
 
-    def batch_lengths(self) -> tuple[np.ndarray, np.ndarray]:
-        """(source + EOS, BOS + target) lengths of every pair: what a batch pads to."""
-        return self.lengths[:, 0] + 1, self.lengths[:, 1] + 1
+    def length_chunks(self, size: int = 1 << 20) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The source and target lengths (int32, no specials) of every pair in order, ``size``
+        pairs at a time (copies), read from the memory-mapped length files; each file's pages
+        are unmapped again once read (:meth:`release`), so that reading all the lengths, as an
+        epoch's plan does, leaves this process no larger."""
+        for lengths, mapping in self._lengths:
+            for start in range(0, len(lengths), size):
+                part = np.array(lengths[start: start + size])
+                yield part[:, 0], part[:, 1]
+            if mapping is not None and hasattr(mapping, "madvise"):
+                mapping.madvise(mmap.MADV_DONTNEED)
 
     def pair(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """The source and target ids of pair ``i`` (global index), as arrays of the token dtype."""

@@ -9,8 +9,9 @@ lengths are loaded, and batches read just their own pairs' pages. A process that
 rank 0's directory (another machine, text configuration) prepares its own copy with rank 0's
 tokenizers; the result is the same, since preparation is deterministic.
 
-The run's checkpoint stores :func:`signature`: the manifest's fingerprint, the corpus weights
-and the batching settings. A resume whose signature differs stops with a one-line
+Each epoch's batches are planned from the memory-mapped lengths (:func:`epoch_share`), and a
+process keeps only its share of them. The run's checkpoint stores :func:`signature`: the
+manifest's fingerprint, the corpus weights, the batching settings and the planner's generator. A resume whose signature differs stops with a one-line
 :class:`~attnmt.errors.ConfigError` naming what changed, unless ``allow_change`` (``attnmt train
 --resume --allow-data-change``) says to go on with the new data or settings, at the saved
 epoch and batch position.
@@ -33,6 +34,7 @@ from attnmt import rundir
 from attnmt.config import Config
 from attnmt.data import shards
 from attnmt.data.corpus import EncodedCorpus
+from attnmt.data.plan import GENERATOR, Buckets, Share, epoch_plan, epoch_size
 from attnmt.data.prepare import changed_inputs, prepare, training_corpora
 from attnmt.data.tokenizers import Tokenizer, WordTokenizer
 from attnmt.errors import ConfigError, DataError
@@ -178,15 +180,41 @@ def write_run_tokenizers(config: Config, data: CorpusData, run_dir: Path) -> Non
     rundir.copy_tokenizers(config.train.init_from or data.directory, run_dir)
 
 
+def buckets(corpus: shards.ShardedCorpus) -> Buckets:
+    """The length buckets of a prepared split, from its memory-mapped lengths (specials added:
+    source + EOS, BOS + target)."""
+    return Buckets.from_chunks(lambda: ((src + 1, tgt + 1) for src, tgt in corpus.length_chunks()))
+
+
+def epoch_share(config: Config, data: CorpusData, epoch: int, ranks: distributed.Ranks, start: int = 0) -> Share:
+    """This process's batches of ``epoch`` from the epoch's batch ``start`` on: the epoch's
+    plan (``attnmt.data.plan``, from the lengths alone, the same on every process), of which
+    the process keeps its share; the rest is freed on return."""
+    tc = config.train
+    plan = epoch_plan(buckets(data.train), data.train.corpora, tc.batch_tokens, tc.batch_sentences, tc.seed, epoch)
+    return plan.share(ranks.rank, ranks.world_size, start)
+
+
+def epoch_length(config: Config, data: CorpusData, epoch: int) -> int:
+    """The number of batches of ``epoch`` (all processes), without planning it."""
+    tc = config.train
+    return epoch_size(buckets(data.train), data.train.corpora, tc.batch_tokens, tc.batch_sentences, tc.seed, epoch)
+
+
 def signature(config: Config, data: CorpusData) -> dict:
-    """What a resume must find unchanged: the data's fingerprint, the corpus weights and the
-    batching settings (not the world size nor accum_steps: the batch order does not depend on
-    them)."""
+    """What a resume must find unchanged: the data's fingerprint, the corpus weights, the
+    batching settings and what draws the batches (``attnmt.data.plan.GENERATOR``: the
+    planner's algorithm and the random stream it reads) (not the world size nor accum_steps:
+    the batch order does not depend on them)."""
     tc = config.train
     return {"fingerprint": data.manifest.get("fingerprint"),
             "weights": [c["weight"] for c in data.train.corpora], "train.seed": tc.seed,
             "train.batch_tokens": None if tc.batch_sentences else tc.batch_tokens,
-            "train.batch_sentences": tc.batch_sentences}
+            "train.batch_sentences": tc.batch_sentences, "batch_plan": GENERATOR}
+
+
+_WHAT = {"fingerprint": "the prepared training data (fingerprint)",
+         "batch_plan": "the batch planner (its algorithm or random stream: the batches would differ)"}
 
 
 def check_signature(saved: dict | None, current: dict, run_dir: Path, allow_change: bool) -> None:
@@ -200,7 +228,7 @@ def check_signature(saved: dict | None, current: dict, run_dir: Path, allow_chan
     for key, value in current.items():
         if saved.get(key) == value:
             continue
-        what = "the prepared training data (fingerprint)" if key == "fingerprint" else key
+        what = _WHAT.get(key, key)
         if allow_change:
             log.warning("resuming with a changed %s (%s -> %s), as asked", what, saved.get(key), value)
             continue

@@ -60,8 +60,9 @@ from tqdm import tqdm
 
 from attnmt import rundir
 from attnmt.config import Config
-from attnmt.data.batching import Batch, batch_from_arrays, epoch_batches, make_batch, token_batches
+from attnmt.data.batching import Batch, batch_from_arrays, make_batch, token_batches
 from attnmt.data.corpus import EncodedCorpus, sha256_file
+from attnmt.data.plan import Share
 from attnmt.data.tokenizers import EOS_ID, PAD_ID, WordTokenizer
 from attnmt.data.vectors import read_vec
 from attnmt.device import configure, resolve_device
@@ -73,7 +74,8 @@ from attnmt.precision import autocast, grad_scaler, training_precision
 from attnmt.search.batched import translate_ids
 from attnmt.search.options import SearchOptions
 from attnmt.train import distributed, finetune
-from attnmt.train.data import check_signature, open_training_data, signature, write_run_tokenizers
+from attnmt.train.data import (check_signature, epoch_length, epoch_share, open_training_data, signature,
+                               write_run_tokenizers)
 from attnmt.train.checkpoint import (EPOCH_WEIGHTS, LAST_STATE, STEP_WEIGHTS, average_weights, load_state,
                                      save_state, step_checkpoints)
 from attnmt.train.losses import (chunked_label_smoothed_cross_entropy, label_smoothed_cross_entropy,
@@ -251,7 +253,7 @@ class Trainer:
         directory, a resumed one has its data signature checked against the checkpoint's."""
         self.data = open_training_data(self.config, self.run_dir, state is not None, data_dir, self.ranks,
                                        self.device, allow_change, self.progress_bar)
-        self._epoch_batches: tuple[int, list] | None = None  # (epoch, its batches), built once per epoch
+        self._epoch_batches: tuple[int, Share] | None = None  # (epoch, this process's batches), once per epoch
         if state is not None:
             check_signature(state.get("data"), signature(self.config, self.data), self.run_dir, allow_change)
         if self.ranks.is_main:
@@ -587,15 +589,15 @@ class Trainer:
 
     # ---- the loop -----------------------------------------------------------------------------
 
-    def epoch_batches(self, epoch: int) -> list:
-        """The training batches of ``epoch`` (arrays of example indices; ``attnmt.data.batching.
-        epoch_batches``): the epoch's sample of the weighted corpora, by ``batch_sentences`` when
-        set, else by ``batch_tokens``. Built once per epoch, from the lengths alone."""
+    def epoch_batches(self, epoch: int) -> Share:
+        """This process's training batches of ``epoch`` (``attnmt.train.data.epoch_share``: its
+        share of the epoch's plan, from the batch the run has reached; the epoch's sample of the
+        weighted corpora, by ``batch_sentences`` when set, else by ``batch_tokens``). Built once
+        per epoch, from the lengths alone, after the previous epoch's are freed."""
         if self._epoch_batches is None or self._epoch_batches[0] != epoch:
-            tc, train = self.config.train, self.data.train
-            batches = epoch_batches(*train.batch_lengths(), train.corpora, tc.batch_tokens, tc.batch_sentences,
-                                    tc.seed, epoch)
-            self._epoch_batches = (epoch, batches)
+            self._epoch_batches = None
+            start = self.state.batch_in_epoch if epoch == self.state.epoch else 0
+            self._epoch_batches = (epoch, epoch_share(self.config, self.data, epoch, self.ranks, start))
         return self._epoch_batches[1]
 
     def end_epoch(self) -> None:
@@ -642,17 +644,17 @@ class Trainer:
                      summary["loss"], self._last_lr, summary["tgt_tokens_per_s"], self.elapsed() / 60)
         self.window.reset()
 
-    def _next_update(self, batches: list[list[int]]) -> list[Batch] | None:
-        """This process's batches of the next update (distributed.share), on the CPU; None when
-        the rest of the epoch cannot give every process one."""
-        width = self.ranks.world_size * self.config.train.accum_steps
-        group = batches[self.state.batch_in_epoch: self.state.batch_in_epoch + width]
-        if len(group) < self.ranks.world_size:
+    def _next_update(self, batches: Share) -> list[Batch] | None:
+        """This process's batches of the next update (``Share.update``: its part of the next
+        ``world_size x accum_steps`` batches, as ``distributed.share`` deals them), on the CPU;
+        None when the rest of the epoch cannot give every process one."""
+        group = batches.update(self.state.batch_in_epoch, self.ranks.world_size * self.config.train.accum_steps)
+        if group is None:
             return None
         corpus, start = self.data.train, self.config.model.decoder_start_id
-        return [batch_from_arrays(*corpus.pairs(idx), start) for idx in distributed.share(group, self.ranks)]
+        return [batch_from_arrays(*corpus.pairs(idx), start) for idx in group]
 
-    def _run_epoch(self, batches: list[list[int]]) -> str | None:
+    def _run_epoch(self, batches: Share) -> str | None:
         """Updates over the rest of one epoch's batches; returns a stop reason, or None at its end.
 
         Two small all-reduces per update keep the processes in step: before it, the update's
@@ -669,7 +671,7 @@ class Trainer:
             t0 = time.monotonic()
             self._last_lr = self.scheduler.get_last_lr()[0]  # the rate of this update
             done = self.train_step([b.to(device) for b in built], int(tokens), int(sentences))
-            s.batch_in_epoch += min(self.ranks.world_size * tc.accum_steps, len(batches) - s.batch_in_epoch)
+            s.batch_in_epoch += min(self.ranks.world_size * tc.accum_steps, batches.total - s.batch_in_epoch)
             if done is None:  # a non-finite update, skipped (on every process)
                 continue
             loss, nll, _ = done
@@ -771,8 +773,9 @@ class Trainer:
         return reason
 
     def _result(self, reason: str | None = None) -> TrainResult:
-        s = self.state
-        per_epoch = len(self.epoch_batches(s.epoch))
+        s, planned = self.state, self._epoch_batches
+        per_epoch = (planned[1].total if planned and planned[0] == s.epoch else  # no plan built to count it
+                     epoch_length(self.config, self.data, s.epoch) if s.batch_in_epoch else 1)
         return TrainResult(steps=s.step, epochs_done=s.epoch + s.batch_in_epoch / max(per_epoch, 1),
                            minutes=self.elapsed() / 60, best_valid_bleu=s.best_bleu, best_valid_ppl=s.best_ppl,
                            tgt_tokens_per_second=self.run_tokens / max(self.run_seconds, 1e-9),
