@@ -85,9 +85,13 @@ def _feistel(x: np.ndarray, width: np.ndarray, keys: np.ndarray) -> np.ndarray:
     return left
 
 
+_POWERS_OF_TWO = 2 ** np.arange(33, dtype=np.int64)
+
+
 def bit_width(n) -> np.ndarray:
-    """Bits of the smallest power of two holding ``n`` values (at least 1), element-wise."""
-    return np.maximum(1, np.ceil(np.log2(np.maximum(n, 1)))).astype(np.uint32)
+    """Bits of the smallest power of two holding ``n`` values (at least 1), element-wise
+    (in integers: no floating-point logarithm that a platform could round otherwise)."""
+    return np.maximum(1, np.searchsorted(_POWERS_OF_TWO, n)).astype(np.uint32)
 
 
 def permute(x: np.ndarray, n, keys: np.ndarray, width=None) -> np.ndarray:
