@@ -19,6 +19,7 @@ import torch
 import yaml
 
 from attnmt import rundir
+from attnmt.cli import main
 from attnmt.config import config_from_dict
 from attnmt.data import plan
 from attnmt.data.prepare import HashSet64, iter_pairs, pair_hash, prepare
@@ -250,6 +251,30 @@ def test_training_from_a_prepared_directory_equals_training_from_text(tmp_path):
         r["valid_loss"] for r in _records(tmp_path / "from_dir", "valid")]
     assert (tmp_path / "from_dir" / "spm.model").read_bytes() == (tmp_path / "prepared" / "spm.model").read_bytes()
     assert not (tmp_path / "from_dir" / "data").exists()  # nothing prepared again
+
+
+def test_train_with_the_configuration_a_directory_was_prepared_from(tmp_path, capsys):
+    """``attnmt prepare CONFIG --output DIR``, then ``attnmt train CONFIG --set
+    data.prepared=DIR``: the text keys must name what DIR was prepared from."""
+    raw = copy_task_config(tmp_path, max_steps=2, valid_every=2, average_last=0)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    prepared = tmp_path / "prepared"
+    assert main(["-q", "prepare", str(tmp_path / "c.yaml"), "--output", str(prepared)]) == 0
+    command = ["-q", "train", str(tmp_path / "c.yaml"), "--set", f"data.prepared={prepared}", "--output"]
+    assert main(command + [str(tmp_path / "run")]) == 0
+    assert not (tmp_path / "run" / "data").exists()  # trained from DIR, prepared nothing
+    for side in ("src", "tgt"):
+        with open(tmp_path / f"train.{side}", "a") as f:
+            f.write("alpha bravo\n")
+    capsys.readouterr()
+    assert main(command + [str(tmp_path / "run2")]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "attnmt: error:" in error
+    assert f"{prepared} was not prepared from the data this configuration names" in error
+    assert "train.src: content differs from the prepared" in error and not (tmp_path / "run2").exists()
+    other_filter = dict(raw, data={**raw["data"], "max_len": 30, "prepared": str(prepared)})
+    with pytest.raises(ConfigError, match=r"data\.max_len 60 -> 30"):
+        Trainer(config_from_dict(other_filter), tmp_path / "run3", progress=False)
 
 
 def test_validation_lines_too_long_for_the_model_are_left_out(tmp_path):

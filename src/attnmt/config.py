@@ -88,7 +88,8 @@ class DataConfig(_Section):
         None, description="several training corpora with weights, instead of train_src/train_tgt")
     prepared: str | None = Field(
         None, description="a directory written by 'attnmt prepare' (memory-mapped token shards, tokenizers, "
-        "validation set); training then reads no text and ignores the other data keys")
+        "validation set); training then reads no text. Text keys beside it (the configuration it was prepared "
+        "with) must name the files, filters and weights it was prepared from, or training stops")
     valid_src: str | None = Field(None, description="validation source file")
     valid_tgt: str | None = Field(None, description="validation target file")
     max_len: int = Field(100, gt=0, description="drop training and validation pairs longer than this (subword "
@@ -99,9 +100,10 @@ class DataConfig(_Section):
 
     @model_validator(mode="after")
     def _one_source(self) -> "DataConfig":
-        sources = [self.dataset is not None, self.train_src is not None or self.train_tgt is not None,
-                   self.train is not None, self.prepared is not None]
-        if sum(sources) != 1 or (sources[1] and (self.train_src is None or self.train_tgt is None)):
+        text = [self.dataset is not None, self.train_src is not None or self.train_tgt is not None,
+                self.train is not None]  # beside data.prepared: the text it was prepared from (checked then)
+        if sum(text) > 1 or sum(text) + (self.prepared is not None) == 0 or (
+                text[1] and (self.train_src is None or self.train_tgt is None)):
             raise ValueError("give one of data.dataset (with data.pair), data.train_src and data.train_tgt, "
                              "data.train (a list of {src, tgt, weight}) or data.prepared")
         if self.train is not None and not self.train:

@@ -162,18 +162,24 @@ def training_corpora(config: Config, data_dir: str | None = None) -> list[Corpus
     ``train_src``/``train_tgt`` pair, or the entries of ``data.train``.
 
     Raises:
-        ConfigError: the configuration has a prepared directory instead (no text to read).
+        ConfigError: the configuration has only a prepared directory (no text to read).
         DataError: see ``attnmt.data.corpus.dataset_pair_files``.
     """
     d = config.data
-    if d.prepared is not None:
-        raise ConfigError(f"data.prepared is set ({d.prepared}): this configuration names no text files")
     if d.dataset is not None:
         return [Corpus(f"{d.dataset}.{d.train_split}", *dataset_pair_files(d.dataset, d.pair, d.train_split,
                                                                            data_dir or d.data_dir))]
     if d.train is not None:
         return [Corpus(f"train[{i}]", Path(e.src), Path(e.tgt), e.weight) for i, e in enumerate(d.train)]
-    return [Corpus("train", Path(d.train_src), Path(d.train_tgt))]
+    if d.train_src is not None:
+        return [Corpus("train", Path(d.train_src), Path(d.train_tgt))]
+    raise ConfigError(f"data.prepared is set ({d.prepared}): this configuration names no text files")
+
+
+def names_text(config: Config) -> bool:
+    """Whether the configuration names training text (beside ``data.prepared``, or instead)."""
+    d = config.data
+    return d.dataset is not None or d.train is not None or d.train_src is not None
 
 
 def validation_files(config: Config, data_dir: str | None = None) -> tuple[Path, Path] | None:
@@ -586,7 +592,7 @@ def changed_inputs(config: Config, manifest: dict, data_dir: str | None = None) 
     filters = {"max_len": d.max_len, **d.filter.model_dump(mode="json"), "valid_max_sentences": d.valid_max_sentences}
     for key, value in filters.items():
         if manifest["filters"].get(key) != value:
-            return f"data.{'filter.' * (key in d.filter.model_fields)}{key} {manifest['filters'].get(key)} -> {value}"
+            return f"data.{'filter.' * (key in type(d.filter).model_fields)}{key} {manifest['filters'].get(key)} -> {value}"
     for corpus, entry in zip(corpora, prepared):
         if corpus.weight != entry["weight"]:
             return f"{corpus.name} weight {entry['weight']} -> {corpus.weight}"

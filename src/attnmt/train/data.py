@@ -35,7 +35,7 @@ from attnmt.config import Config
 from attnmt.data import shards
 from attnmt.data.corpus import EncodedCorpus
 from attnmt.data.plan import GENERATOR, Buckets, Share, epoch_plan, epoch_size
-from attnmt.data.prepare import changed_inputs, prepare, training_corpora
+from attnmt.data.prepare import changed_inputs, names_text, prepare, training_corpora
 from attnmt.data.tokenizers import Tokenizer, WordTokenizer
 from attnmt.errors import ConfigError, DataError
 from attnmt.train import distributed
@@ -89,6 +89,7 @@ def _main_directory(config: Config, run_dir: Path, resume: bool, data_dir: str |
     if config.data.prepared is not None:
         directory = Path(config.data.prepared)
         manifest = shards.read_manifest(directory)  # a clear error for a wrong path
+        _check_prepared_from(config, directory, manifest, data_dir)
         if config.train.init_from and not resume:
             _check_same_tokenizers(directory, manifest, Path(config.train.init_from))
         return directory
@@ -112,6 +113,22 @@ def _main_directory(config: Config, run_dir: Path, resume: bool, data_dir: str |
     prepare(config, directory, tokenizers, workers=_workers(config, data_dir), data_dir=data_dir,
             progress=progress, replace=replace)
     return directory
+
+
+def _check_prepared_from(config: Config, directory: Path, manifest: dict, data_dir: str | None) -> None:
+    """``data.prepared`` beside text keys (``attnmt train CONFIG --set data.prepared=DIR`` with
+    the configuration DIR was prepared with): the text files, filters and weights must be those
+    of DIR's manifest (its files' sizes and modification times, else their SHA-256).
+
+    Raises:
+        ConfigError: they differ (one line naming the first difference).
+    """
+    if not names_text(config):
+        return
+    change = changed_inputs(config, manifest, data_dir)
+    if change is not None:
+        raise ConfigError(f"{directory} was not prepared from the data this configuration names ({change}); "
+                          "prepare it again, or give data.prepared without the text keys")
 
 
 def _check_same_tokenizers(directory: Path, manifest: dict, model_dir: Path) -> None:
