@@ -57,16 +57,44 @@ def check_output_file(path: str | None, option: str) -> None:
     Raises:
         WriteError: its directory is missing or not writable, or ``path`` is a directory.
     """
+    from attnmt.rundir import writes_in_place
+
     if path is None or path == "-":
+        check_stdout(f"redirect it, or give {option} FILE")
         return
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
         raise WriteError(f"{option} {path}: is a directory, expected a file")
+    if writes_in_place(p):  # a device or pipe (/dev/null, /dev/stdout): written in place, not renamed onto
+        if not os.access(p, os.W_OK):
+            raise WriteError(f"{option} {path}: not writable")
+        return
     if not parent.is_dir():
         raise WriteError(f"{option} {path}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise WriteError(f"{option} {path}: directory {parent} is not writable")
+
+
+def check_stdout(hint: str) -> None:
+    """Before any work: standard output is open (``>&-`` leaves Python without ``sys.stdout``).
+
+    Raises:
+        WriteError: it is closed (the message ends with ``hint``, what to do instead).
+    """
+    if sys.stdout is None:
+        raise WriteError(f"standard output is closed: {hint}")
+
+
+def check_input_file(path: str | None, option: str) -> None:
+    """Before any work: standard input, where ``path`` is None or '-', is open (``<&-`` and
+    ``0<&-`` leave Python without ``sys.stdin``).
+
+    Raises:
+        AttnmtError: it is closed.
+    """
+    if (path is None or path == "-") and sys.stdin is None:
+        raise AttnmtError(f"standard input is closed: give {option} FILE, or pipe the text in")
 
 
 def check_output_dir(path: str, option: str) -> None:
@@ -107,6 +135,7 @@ def _read_input(path: str | None) -> list[str]:
     from attnmt.data.corpus import decode_lines, read_lines
 
     if path is None or path == "-":
+        check_input_file(path, "--input")
         return decode_lines(sys.stdin.buffer.read(), "<stdin>")
     return read_lines(path)
 
@@ -148,6 +177,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     if config.data is None:
         raise AttnmtError(f"{args.config}: no data section: nothing to prepare")
     check_output_dir(args.output, "--output")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if args.workers > cpus:  # encoding is CPU-bound: more processes only cost their start and memory
+        log.warning("--workers %d: this machine has %d CPUs; using %d encoding processes", args.workers, cpus, cpus)
+        args.workers = cpus
     source = args.tokenizers_from or config.train.init_from  # a fine-tuning config: its starting model's
     tokenizers = None
     if source:
@@ -208,6 +241,8 @@ def _engine_translator(args: argparse.Namespace):
     read an export directory (``attnmt export``) given as --model. ``--device`` (default: the
     model's decode.device) applies to every engine."""
     engine = getattr(args, "engine", "native")
+    if engine != "ctranslate2" and getattr(args, "compute_type", "default") != "default":
+        raise AttnmtError(f"--compute-type applies to the ctranslate2 engine, not {engine}")
     if engine == "native":
         return _translator(args)
     if args.weights or args.precision or args.attention:
@@ -235,6 +270,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    check_output_dir(args.output, "--output")
     if args.format == "web":
         if args.quantization not in (None, "int8", "float32") or args.int8_weight_bits != 7:
             raise AttnmtError("web export: --quantization is int8 or float32; --int8-weight-bits applies to the "
@@ -257,9 +293,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_translate(args: argparse.Namespace) -> int:
     check_output_file(args.output, "--output")
+    check_input_file(args.input, "--input")
     tr = _engine_translator(args)
     lines = _read_input(args.input)
-    constraints = _read_constraints(args.constraints, len(lines)) if args.constraints else None
+    if not lines:
+        log.warning("%s: no input lines; nothing to translate", args.input or "standard input")
+    constraints = _read_constraints(args.constraints, len(lines), tr) if args.constraints else None
     t0 = time.perf_counter()
     beam_size = args.beam_size or max(tr.config.decode.beam_size, args.nbest)
     results = tr.translate(lines, beam_size=beam_size, batch_size=args.batch_size,
@@ -271,19 +310,27 @@ def cmd_translate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_constraints(path: str, count: int) -> list[list[str]]:
-    """``--constraints``: one line per input line, the phrases separated by tabs (empty: none).
+def _read_constraints(path: str, count: int, tr) -> list[list[str]]:
+    """``--constraints``: one line per input line, the phrases separated by tabs (empty: none),
+    each one the translator ``tr`` can spell (``Translator.check_constraints``).
 
     Raises:
-        DataError: an unreadable file. AttnmtError: a line count other than ``count``.
+        DataError: an unreadable file. AttnmtError: a line count other than ``count``, or a
+            phrase with no target token or an unknown one (FILE:LINE).
     """
     from attnmt.data.corpus import read_lines
+    from attnmt.decode.translator import ConstraintError
 
     lines = read_lines(path)
     if len(lines) != count:
         raise AttnmtError(f"{path}: {len(lines)} lines of constraints for {count} input lines "
                           "(one line of tab-separated phrases per input line; an empty line for none)")
-    return [[p.strip() for p in line.split("\t") if p.strip()] for line in lines]
+    constraints = [[p.strip() for p in line.split("\t") if p.strip()] for line in lines]
+    try:
+        tr.check_constraints(constraints)
+    except ConstraintError as e:
+        raise AttnmtError(f"{path}:{e.line}: constraint {e.phrase!r} {e.reason}") from None
+    return constraints
 
 
 def format_translations(results, fmt: str, scores: bool, nbest: int, confidence=None) -> list[str]:
@@ -450,7 +497,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from attnmt.data.tokenizers import WordTokenizer
     from attnmt.evaluate import corpus_scores, tokenized_bleu
 
-    check_output_file(args.hyp_output, "--hyp-output")
+    if args.hyp_output is not None:
+        check_output_file(args.hyp_output, "--hyp-output")
+    check_stdout("redirect it (the scores are printed)")
     src, ref = read_parallel(args.src, args.ref)
     if not src:
         raise AttnmtError(f"{args.src}: no sentences to evaluate")
@@ -495,6 +544,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from attnmt.serve.settings import ServeSettings
 
     languages = model_languages(args.model)  # a missing or broken model directory: a one-line error first
+    _check_engine_files(args)
     try:
         settings = ServeSettings(**dict(_setting(item) for item in args.set))
     except ValidationError as e:
@@ -505,6 +555,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info",
                 timeout_keep_alive=settings.keep_alive_s)
     return 0
+
+
+def _check_engine_files(args: argparse.Namespace) -> None:
+    """Before ``serve`` starts: the files its engine will load are there (native: config.yaml,
+    the tokenizers and weights it still describes, ``rundir.check_model_dir``; ctranslate2 and
+    onnxruntime: the export's model files), so that a mistake ends in one line now rather than in
+    a server answering every request with 500.
+
+    Raises:
+        AttnmtError: a file missing or not matching config.yaml.
+    """
+    from attnmt import rundir
+
+    engine = getattr(args, "engine", "native")
+    if engine == "native":
+        rundir.check_model_dir(args.model, args.weights)
+        return
+    export = {"ctranslate2": ("ctranslate2", ["model.bin"]), "onnxruntime": ("onnx", ["encoder.onnx",
+                                                                                    "decoder_step.onnx"])}
+    kind, names = export[engine]
+    for name in names:
+        if not (Path(args.model) / name).is_file():
+            raise AttnmtError(f"{Path(args.model) / name}: missing; --engine {engine} serves a directory written by "
+                              f"'attnmt export {kind}'")
 
 
 def _setting(item: str) -> tuple[str, str]:

@@ -172,10 +172,12 @@ def read_tokenizers(run_dir: str | Path) -> tuple[Tokenizer | WordTokenizer, Tok
     """(source, target) tokenizers of a model directory (the same object if joint).
 
     Raises:
-        CheckpointError: neither ``spm.model``, ``src.spm.model``/``tgt.spm.model`` nor
-            ``src.vocab.json``/``tgt.vocab.json`` exists.
+        CheckpointError: ``run_dir`` is not a directory, or neither ``spm.model``,
+            ``src.spm.model``/``tgt.spm.model`` nor ``src.vocab.json``/``tgt.vocab.json`` exists.
     """
     run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise CheckpointError(f"{run_dir}: {'not a directory' if run_dir.exists() else 'no such model directory'}")
     if (run_dir / VOCAB).is_file():
         try:
             vocab = json.loads((run_dir / VOCAB).read_text(encoding="utf-8"))
@@ -316,6 +318,30 @@ def load_weights(model: nn.Module, path: str | Path, config_file: str | Path | N
         raise CheckpointError(f"{path}: weights do not fit the model (missing {missing}, unexpected {unexpected})")
 
 
+def check_model_dir(run_dir: str | Path, weights: str | Path | None = None
+                    ) -> tuple[Config, Tokenizer | WordTokenizer, Tokenizer | WordTokenizer, Path]:
+    """The checks of :func:`load_model_dir` that need no model built: config.yaml, the
+    tokenizers, and a weights file whose recorded architecture config.yaml still matches
+    (:func:`check_architecture`; its header only is read). Returns (config, source tokenizer,
+    target tokenizer, weights path); ``attnmt serve`` calls it before starting.
+
+    Raises:
+        CheckpointError, ConfigError: missing or incompatible files.
+    """
+    config = read_config(run_dir)
+    src_tok, tgt_tok = read_tokenizers(run_dir)
+    path = Path(weights) if weights is not None else Path(run_dir) / WEIGHTS
+    if weights is None and not path.exists():
+        for name, engine in (("model.bin", "ctranslate2"), ("encoder.onnx", "onnxruntime")):
+            if (Path(run_dir) / name).is_file():
+                raise CheckpointError(f"{run_dir}: an export for the {engine} engine, without {WEIGHTS}; use "
+                                      f"--engine {engine}")
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such weights file")
+    check_architecture(config.model, path, Path(run_dir) / CONFIG)
+    return config, src_tok, tgt_tok, path
+
+
 def load_model_dir(run_dir: str | Path, weights: str | Path | None = None
                    ) -> tuple[Config, Tokenizer, Tokenizer, Transformer]:
     """Everything translation needs from a model directory: (config, source tokenizer, target
@@ -324,15 +350,10 @@ def load_model_dir(run_dir: str | Path, weights: str | Path | None = None
     Args:
         weights: another safetensors file to load instead of ``RUN_DIR/model.safetensors``.
     Raises:
-        CheckpointError, ConfigError: missing or incompatible files.
+        CheckpointError, ConfigError: missing or incompatible files (:func:`check_model_dir`,
+            then the weights' names and shapes).
     """
-    config = read_config(run_dir)
-    src_tok, tgt_tok = read_tokenizers(run_dir)
-    if weights is None:
-        for name, engine in (("model.bin", "ctranslate2"), ("encoder.onnx", "onnxruntime")):
-            if not (Path(run_dir) / WEIGHTS).exists() and (Path(run_dir) / name).is_file():
-                raise CheckpointError(f"{run_dir}: an export for the {engine} engine, without {WEIGHTS}; translate "
-                                      f"it with --engine {engine}")
+    config, src_tok, tgt_tok, path = check_model_dir(run_dir, weights)
     model = Transformer(config.model, len(src_tok), len(tgt_tok))
-    load_weights(model, weights if weights is not None else Path(run_dir) / WEIGHTS, Path(run_dir) / CONFIG)
+    load_weights(model, path, Path(run_dir) / CONFIG)
     return config, src_tok, tgt_tok, model

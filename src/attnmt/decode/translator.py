@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER, Config
-from attnmt.data.tokenizers import EOS_ID, PAD_ID, Tokenizer
+from attnmt.data.tokenizers import EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from attnmt.decode.alignment import align_words, word_ids
 from attnmt.decode.confidence import mean_log_prob, word_confidence
 from attnmt.decode.engine import Engine, SearchOptions, UnsupportedOption, check_supported
@@ -34,6 +34,21 @@ from attnmt.search.constraints import constraints_fit
 from attnmt.search.hypothesis import Hypothesis, max_output_lengths
 
 log = logging.getLogger(__name__)
+
+
+class ConstraintError(ValueError):
+    """A constraint phrase the target vocabulary cannot spell: it encodes to no token (only
+    characters the tokenizer drops), or to the unknown token, which the output would then show.
+
+    Attributes:
+        line: the 1-based number of the sentence the phrase belongs to.
+        phrase: the phrase as given.
+        reason: what is wrong with it (without the sentence).
+    """
+
+    def __init__(self, line: int, phrase: str, reason: str):
+        super().__init__(f"sentence {line}: constraint {phrase!r} {reason}")
+        self.line, self.phrase, self.reason = line, phrase, reason
 
 
 @dataclass
@@ -220,7 +235,8 @@ class Translator:
             constraints: one list per sentence of phrases (raw text, tokenised by the target
                 tokenizer) its translation must contain (``attnmt.search.constraints``); a
                 sentence whose phrases cannot fit its output length limit is translated without
-                them, with a warning logged and kept in ``Translation.warnings``.
+                them, with a warning logged and kept in ``Translation.warnings``; a phrase the
+                target vocabulary cannot spell is refused (:meth:`check_constraints`).
             alignments: add each hypothesis' word alignment (``ScoredHypothesis.alignment``)
                 from the source attention of decoder layer ``alignment_layer`` (1-based; default
                 ``attnmt.config.DEFAULT_ALIGNMENT_LAYER``, at most the last layer).
@@ -232,6 +248,7 @@ class Translator:
         Raises:
             ValueError: invalid options, a constraint list per sentence that does not match
                 ``sentences``, or an alignment layer the model lacks.
+            ConstraintError: a phrase with no target token or an unknown one (before any work).
             UnsupportedOption: one the engine lacks (before any work), e.g. constraints, or
                 alignments (attention) with an engine other than native.
         """
@@ -243,6 +260,7 @@ class Translator:
         if constraints is not None:
             if len(constraints) != len(sentences):
                 raise ValueError(f"{len(constraints)} constraint lists for {len(sentences)} sentences")
+            self.check_constraints(constraints)
             ids, warnings = self.encode_constraints([constraints[i] for i in todo], src_ids, options,
                                                     [i + 1 for i in todo])
             options = replace(options, constraints=ids)
@@ -263,6 +281,35 @@ class Translator:
             results = [r if i in set(todo) else Translation([replace(h, alignment=[]) for h in r.hypotheses])
                        for i, r in enumerate(results)]
         return results
+
+    def check_constraints(self, constraints: list[list[str]], lines: list[int] | None = None) -> None:
+        """Refuse a phrase the target tokenizer cannot spell: one that encodes to no token (e.g.
+        a zero-width space), or to the unknown token (characters or words outside the target
+        vocabulary), which constrained search would force into the output as '<unk>'. Blank
+        phrases mean none and pass.
+
+        Args:
+            constraints: per sentence, its phrases (raw text).
+            lines: each sentence's 1-based number (default 1, 2, ...).
+        Raises:
+            ConstraintError: the first such phrase, with its sentence.
+        """
+        for phrases, line in zip(constraints, lines or range(1, len(constraints) + 1)):
+            for phrase in phrases:
+                if not phrase.strip():
+                    continue
+                ids = self.tgt_tokenizer.encode(phrase.strip())
+                if not ids:
+                    raise ConstraintError(line, phrase, "has no target token (the tokenizer drops every character "
+                                          "of it)")
+                if UNK_ID in ids:
+                    unknown = []
+                    if isinstance(self.tgt_tokenizer, Tokenizer):  # subwords: name the characters
+                        unknown = [c for c in dict.fromkeys(phrase.strip()) if not c.isspace()
+                                   and UNK_ID in self.tgt_tokenizer.encode(c)]
+                    what = f"characters {''.join(unknown)!r}" if unknown else "words"
+                    raise ConstraintError(line, phrase, f"has {what} outside the target vocabulary (the output would "
+                                          "show <unk>)")
 
     def encode_constraints(self, constraints: list[list[str]], src_ids: list[list[int]], options: SearchOptions,
                            lines: list[int]) -> tuple[list[list[list[int]]], dict[int, list[str]]]:

@@ -277,7 +277,8 @@ class CTranslate2Engine:
         threads: intra-op threads, 0 = CTranslate2's default.
         patience: CTranslate2's beam search stops after ``patience * K`` finished hypotheses.
     Raises:
-        CheckpointError: no model.bin in ``export_dir``. ConfigError: a device it cannot use.
+        CheckpointError: no model.bin in ``export_dir``, or files CTranslate2 cannot load.
+        ConfigError: a device it cannot use.
     """
 
     name = "ctranslate2"
@@ -290,8 +291,13 @@ class CTranslate2Engine:
         self.config = rundir.read_config(export_dir)
         self.src_tokenizer, self.tgt_tokenizer = rundir.read_tokenizers(export_dir)
         kind, index = _device_of(device)
-        self.translator = ctranslate2.Translator(str(export_dir), device=kind, device_index=index,
-                                                 compute_type=compute_type, inter_threads=1, intra_threads=threads)
+        try:
+            self.translator = ctranslate2.Translator(str(export_dir), device=kind, device_index=index,
+                                                     compute_type=compute_type, inter_threads=1,
+                                                     intra_threads=threads)
+        except RuntimeError as e:  # a truncated model.bin, a broken config.json or vocabulary
+            raise CheckpointError(f"{export_dir}: CTranslate2 cannot load this export ({str(e).splitlines()[0]}); "
+                                  "export it again with 'attnmt export ctranslate2'") from None
         self.patience = patience
         self._forbidden = [self.tgt_tokenizer.pieces([i]) for i in self.config.model.forbidden_ids]
         self._src_pieces = _all_pieces(self.src_tokenizer)

@@ -207,6 +207,8 @@ class OnnxTransformer:
         export_dir: written by :func:`export_onnx`.
         config: the model's configuration.
         threads: intra-op threads, 0 = ONNX Runtime's default.
+    Raises:
+        CheckpointError: a graph file missing, or one ONNX Runtime cannot load (truncated, empty).
     """
 
     def __init__(self, export_dir: str | Path, config: ModelConfig, threads: int = 0, device: str = "cpu"):
@@ -218,7 +220,18 @@ class OnnxTransformer:
             if not path.is_file():
                 raise CheckpointError(f"{path}: missing; export it with 'attnmt export onnx'")
         providers, self.device = _providers(ort, device)
-        self.encoder, self.decoder = (ort.InferenceSession(str(p), options, providers=providers) for p in paths)
+        state = ort.capi.onnxruntime_pybind11_state  # its load errors share no base class but Exception
+        load_errors = tuple(getattr(state, name) for name in ("Fail", "InvalidArgument", "NoSuchFile", "NoModel",
+                                                               "InvalidProtobuf", "InvalidGraph", "RuntimeException")
+                            if hasattr(state, name))
+        sessions = []
+        for path in paths:
+            try:
+                sessions.append(ort.InferenceSession(str(path), options, providers=providers))
+            except load_errors as e:  # a truncated or empty graph file
+                raise CheckpointError(f"{path}: ONNX Runtime cannot load it ({str(e).splitlines()[0]}); export it "
+                                      "again with 'attnmt export onnx'") from None
+        self.encoder, self.decoder = sessions
         self.config, self.pad_id = config, PAD_ID
         self.num_layers, self.head_dim = config.num_decoder_layers, config.d_model // config.num_heads
         self._input_names = [i.name for i in self.decoder.get_inputs()]

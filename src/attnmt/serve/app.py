@@ -506,7 +506,8 @@ def _add_translate_route(app: FastAPI, state: _AppState) -> None:
 def _checked(request: TranslateRequest, service: TranslationService, s: ServeSettings, streaming: bool = False
              ) -> tuple[list[str], int, list[SentenceRequest]]:
     """The texts, the beam size and each sentence's :class:`SentenceRequest`; a 422 for a request
-    over a limit, with constraints that do not match its texts, or asking what the engine lacks."""
+    over a limit, with text that is not Unicode (a lone surrogate), with constraints that do not
+    match its texts or that the target vocabulary cannot spell, or asking what the engine lacks."""
     texts = [request.text] if isinstance(request.text, str) else request.text
     beam_size = request.beam_size or service.translator.config.decode.beam_size
     constraints = request.constraints
@@ -521,6 +522,8 @@ def _checked(request: TranslateRequest, service: TranslationService, s: ServeSet
                if request.constraints is not None and (constraints is None or len(constraints) != len(texts)) else
                next((f"sentence {i} has {len(t)} characters; at most {s.max_chars}"
                      for i, t in enumerate(texts) if len(t) > s.max_chars), None))
+    phrases = [p for c in constraints or [] for p in c]
+    problem = problem or libre.not_unicode(texts, "sentence") or libre.not_unicode(phrases, "constraint")
     if problem:
         raise HTTPException(422, problem)
     try:
@@ -528,6 +531,11 @@ def _checked(request: TranslateRequest, service: TranslationService, s: ServeSet
                       constraints=bool(constraints and any(constraints)), streaming=streaming)
     except UnsupportedOption as e:
         raise HTTPException(422, str(e)) from None
+    if constraints:
+        try:
+            service.translator.check_constraints(constraints, list(range(len(constraints))))
+        except ValueError as e:  # a phrase the target vocabulary cannot spell
+            raise HTTPException(422, f"constraints: {e}") from None
     return texts, beam_size, [SentenceRequest(request.return_attention, request.alignments,
                                               list(constraints[i]) if constraints else []) for i in range(len(texts))]
 

@@ -11,9 +11,10 @@ Routes (the request and error shapes of LibreTranslate's API):
     ``GET /languages``: ``[{"code", "name", "targets"}]``: the model's source language with its
     target, and the target language (no targets).
 
-Errors are ``{"error": message}``: 400 for a missing field, a language the model does not
-serve (``"fr is not supported"``), a pair it does not translate, a format other than text, or
-a request over the server's limits; 503 while loading or when the queue is full; 504 on time
+Errors are ``{"error": message}``: 400 for a body that is not JSON or not an object, a missing
+field, a field that is not a string, text that is not Unicode (a lone surrogate), a language
+the model does not serve (``"fr is not supported"``), a pair it does not translate, a format
+other than text, or a request over the server's limits; 503 while loading or when the queue is full; 504 on time
 out.
 
 Library: FastAPI / Starlette (python-multipart reads form bodies), Babel (language names).
@@ -36,19 +37,32 @@ def language_name(code: str) -> str:
     return Locale("en").languages.get(code.replace("-", "_"), code)
 
 
+def not_unicode(texts: list[str], what: str) -> str | None:
+    """A message naming the first of ``texts`` that is not Unicode text, else None: JSON's
+    ``\\ud800`` escapes can carry a lone surrogate, which UTF-8 and so no tokenizer encodes (used
+    by this module and by ``/v1/translate``)."""
+    for i, text in enumerate(texts):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            return (f"{what} {i}: character {e.start} is a lone surrogate (U+{ord(text[e.start]):04X}), not Unicode "
+                    "text")
+    return None
+
+
 def _error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
     return JSONResponse({"error": message}, status, headers=headers)
 
 
-async def _fields(request: Request) -> dict | None:
-    """The request's fields: a JSON object body, else the query string and form fields (None:
-    a JSON body that is not an object)."""
+async def _fields(request: Request) -> dict | str:
+    """The request's fields: a JSON object body, else the query string and form fields (a
+    string: why a JSON body was refused)."""
     if request.headers.get("content-type", "").split(";")[0].strip() == "application/json":
         try:
             body = json.loads(await request.body() or b"null")
-        except ValueError:
-            return None
-        return body if isinstance(body, dict) else None
+        except ValueError as e:  # UnicodeDecodeError included
+            return f"Invalid request: the body is not JSON ({e})"
+        return body if isinstance(body, dict) else "Invalid request: the JSON body must be an object"
     fields = dict(request.query_params)
     if request.headers.get("content-type", "").startswith(("application/x-www-form-urlencoded", "multipart/form-data")):
         form = await request.form()
@@ -79,15 +93,18 @@ def add_routes(app: FastAPI, ready: Callable) -> None:
         except HTTPException as e:
             return _error(e.status_code, str(e.detail), e.headers)
         fields = await _fields(request)
-        if fields is None:
-            return _error(400, "Invalid request: the JSON body must be an object")
+        if isinstance(fields, str):
+            return _error(400, fields)
         for name in ("q", "source", "target"):
-            if not fields.get(name):
+            if fields.get(name) in (None, "", []):  # a 0 or false is there, but not a string (below)
                 return _error(400, f"Invalid request: missing {name} parameter")
         q, source, target = fields["q"], fields["source"], fields["target"]
         texts = q if isinstance(q, list) else [q]
         if not all(isinstance(t, str) for t in texts) or not all(isinstance(v, str) for v in (source, target)):
             return _error(400, "Invalid request: q, source and target must be strings (q may be a list of strings)")
+        problem = not_unicode(texts, "q")
+        if problem:
+            return _error(400, f"Invalid request: {problem}")
         served_source, served_target = service.languages
         detected = source == "auto"
         if detected:
