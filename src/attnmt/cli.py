@@ -40,6 +40,21 @@ def positive_int(text: str) -> int:
     return value
 
 
+def true_false(text: str) -> bool:
+    """argparse type: 'true' or 'false' (any case)."""
+    if text.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+    return text.lower() == "true"
+
+
+def patience_float(text: str) -> float:
+    """argparse type: a finite number >= 1 (the patience factor of early stopping)."""
+    value = finite_float(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
 def finite_float(text: str) -> float:
     """argparse type: a finite number (no nan or inf)."""
     try:
@@ -262,6 +277,31 @@ def _engine_translator(args: argparse.Namespace):
     return Translator(search, search.src_tokenizer, search.tgt_tokenizer, search.config)
 
 
+def _stopping_rule(decode, args: argparse.Namespace):
+    """``decode`` (a ``DecodeConfig``) with ``--early-stopping`` / ``--patience`` applied;
+    ``--early-stopping false`` alone also resets the patience to 1.
+
+    Raises:
+        ValueError: a patience other than 1 without early stopping (one line, exit 2).
+    """
+    from attnmt.search.options import SearchOptions
+
+    update = {} if args.early_stopping is None else {"early_stopping": args.early_stopping}
+    if args.early_stopping is False and args.patience is None:
+        update["patience"] = 1.0
+    if args.patience is not None:
+        update["patience"] = args.patience
+    decode = decode.model_copy(update=update)
+    SearchOptions.from_config(decode)  # checks the pair
+    return decode
+
+
+def _with_stopping_rule(tr, args: argparse.Namespace):
+    """The translator ``tr`` searching under the command line's stopping rule (:func:`_stopping_rule`)."""
+    tr.config.decode = _stopping_rule(tr.config.decode, args)
+    return tr
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from attnmt.interop.marian import import_marian
 
@@ -294,7 +334,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_translate(args: argparse.Namespace) -> int:
     check_output_file(args.output, "--output")
     check_input_file(args.input, "--input")
-    tr = _engine_translator(args)
+    tr = _with_stopping_rule(_engine_translator(args), args)
     lines = _read_input(args.input)
     if not lines:
         log.warning("%s: no input lines; nothing to translate", args.input or "standard input")
@@ -303,7 +343,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
     beam_size = args.beam_size or max(tr.config.decode.beam_size, args.nbest)
     results = tr.translate(lines, beam_size=beam_size, batch_size=args.batch_size,
                            length_penalty=args.length_penalty, nbest=args.nbest, constraints=constraints,
-                           alignments=args.alignments, alignment_layer=args.alignment_layer)
+                           alignments=args.alignments, alignment_layer=args.alignment_layer,
+                           return_token_log_probs=args.scores or args.format == "jsonl")
     log.info("translated %d lines in %.2f s", len(lines), time.perf_counter() - t0)
     _write_output(args.output, format_translations(results, args.format, args.scores, args.nbest,
                                                    tr.confidence if args.format == "jsonl" else None))
@@ -503,10 +544,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     src, ref = read_parallel(args.src, args.ref)
     if not src:
         raise AttnmtError(f"{args.src}: no sentences to evaluate")
-    tr = _translator(args)
+    tr = _with_stopping_rule(_translator(args), args)
     t0 = time.perf_counter()
     translations = tr.translate(src, beam_size=args.beam_size, batch_size=args.batch_size,
-                                length_penalty=args.length_penalty)
+                                length_penalty=args.length_penalty, return_token_log_probs=False)
     seconds = time.perf_counter() - t0
     hyps = [t.text for t in translations]
     scores = corpus_scores(hyps, ref)
@@ -514,7 +555,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         tokens = [[p for p in t.hypotheses[0].pieces if p != "</s>"] for t in translations]
         word = tokenized_bleu(tokens, tr.tgt_tokenizer.tokenize(ref))
         scores.update(bleu_tokenized=word["bleu"], bleu_tokenized_signature=word["bleu_signature"])
-    scores.update(beam_size=args.beam_size or tr.config.decode.beam_size, decode_seconds=round(seconds, 2))
+    scores.update(beam_size=args.beam_size or tr.config.decode.beam_size, early_stopping=tr.config.decode.early_stopping,
+                  patience=tr.config.decode.patience, decode_seconds=round(seconds, 2))
     if args.hyp_output:
         _write_output(args.hyp_output, hyps)
     if args.json:
@@ -540,18 +582,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
                           "pip install 'attnmt[serve]'") from None
     from pydantic import ValidationError
 
-    from attnmt.rundir import model_languages
+    from attnmt.rundir import model_languages, read_config
     from attnmt.serve.settings import ServeSettings
 
     languages = model_languages(args.model)  # a missing or broken model directory: a one-line error first
+    _stopping_rule(read_config(args.model).decode, args)  # a bad --patience: refused before the server starts
     _check_engine_files(args)
     try:
         settings = ServeSettings(**dict(_setting(item) for item in args.set))
     except ValidationError as e:
         first = e.errors()[0]
         raise AttnmtError(f"--set {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    app = create_app(lambda: _engine_translator(args), settings, name=Path(args.model).resolve().name,
-                     languages=languages)
+    app = create_app(lambda: _with_stopping_rule(_engine_translator(args), args), settings,
+                     name=Path(args.model).resolve().name, languages=languages)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info",
                 timeout_keep_alive=settings.keep_alive_s)
     return 0
@@ -593,6 +636,15 @@ def _add_decode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam-size", type=positive_int, help="beam size K (1 = greedy); default from the model's config")
     p.add_argument("--batch-size", type=positive_int, help="sentences per batch; default from the model's config")
     p.add_argument("--length-penalty", type=finite_float, help="alpha of the GNMT length penalty (default 0.6)")
+
+
+def _add_stopping_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--early-stopping", type=true_false, metavar="{true,false}",
+                   help="beam search's stopping rule: true stops a sentence once beam size x patience hypotheses have "
+                        "finished (CTranslate2's rule), false once no open hypothesis can win (exact); default from "
+                        "the model's config (decode.early_stopping)")
+    p.add_argument("--patience", type=patience_float, metavar="P",
+                   help="with early stopping: wait for round(beam size x P) finished hypotheses, P >= 1 (default 1)")
 
 
 def _add_engine_options(p: argparse.ArgumentParser) -> None:
@@ -642,6 +694,7 @@ def _add_serve_parser(sub) -> None:
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="a server limit, e.g. --set max_wait_ms=10 (docs/serving.md)")
+    _add_stopping_options(p)
     _add_engine_options(p)
     p.set_defaults(func=cmd_serve)
 
@@ -736,6 +789,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="add each translation's word alignment: Moses 'i-j' pairs, source-target, 0-based words")
     p.add_argument("--alignment-layer", type=positive_int,
                    help=f"decoder layer of the alignments, 1-based (default {DEFAULT_ALIGNMENT_LAYER})")
+    _add_stopping_options(p)
     _add_engine_options(p)
     p.set_defaults(func=cmd_translate)
 
@@ -769,6 +823,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ref", required=True, help="reference file (plain or .gz), line-aligned with --src")
     p.add_argument("--json", action="store_true", help="print the scores as one JSON object")
     p.add_argument("--hyp-output", help="also write the translations to this file")
+    _add_stopping_options(p)
     p.set_defaults(func=cmd_evaluate)
     return parser
 

@@ -217,7 +217,7 @@ class Translator:
         batch_size: int | None = None, length_penalty: float | None = None,
         return_attention: bool = False, options: SearchOptions | None = None,
         constraints: list[list[str]] | None = None, alignments: bool = False, alignment_layer: int | None = None,
-        on_step: Callable[[int, list[int]], bool] | None = None,
+        on_step: Callable[[int, list[int]], bool] | None = None, return_token_log_probs: bool = True,
     ) -> list[Translation]:
         """Translate raw sentences.
 
@@ -230,8 +230,8 @@ class Translator:
             length_penalty: alpha; default from config (unused by ``length_penalty_type: average``,
                 whose score is always the mean log-probability per token, EOS included).
             return_attention: also compute each best hypothesis' source attention.
-            options: all search options at once (then beam_size, nbest, length_penalty and
-                return_attention are ignored).
+            options: all search options at once (then beam_size, nbest, length_penalty,
+                return_attention and return_token_log_probs are ignored).
             constraints: one list per sentence of phrases (raw text, tokenised by the target
                 tokenizer) its translation must contain (``attnmt.search.constraints``); a
                 sentence whose phrases cannot fit its output length limit is translated without
@@ -242,6 +242,9 @@ class Translator:
                 ``attnmt.config.DEFAULT_ALIGNMENT_LAYER``, at most the last layer).
             on_step: streaming: called after each search step with a sentence's input index and
                 its settled tokens (``SearchOptions.on_step``); True stops that sentence.
+            return_token_log_probs: False lets an engine leave ``token_log_probs`` empty where
+                they would cost it a forced-decoding pass (CTranslate2's early-stopping search);
+                ``log_prob`` and ``score`` are always filled.
         Returns:
             One :class:`Translation` per input sentence, in input order, each with ``nbest``
             hypotheses (with a model whose scores are not finite, empty ones with score -inf).
@@ -253,7 +256,8 @@ class Translator:
                 alignments (attention) with an engine other than native.
         """
         if options is None:
-            options = self.options(beam_size, nbest, length_penalty, return_attention)
+            options = self.options(beam_size, nbest, length_penalty, return_attention,
+                                   return_token_log_probs=return_token_log_probs)
         todo = [i for i, s in enumerate(sentences) if s.strip()]
         src_ids = self.encode_sources([sentences[i] for i in todo])
         warnings: dict[int, list[str]] = {}

@@ -11,9 +11,10 @@ export directory also receives config.yaml and the SentencePiece models (and voc
 ``attnmt translate --engine ctranslate2 --model CT2_DIR`` needs nothing else.
 
 :class:`CTranslate2Engine` runs the exported model behind attnmt's engine interface
-(``attnmt.decode.engine``), with the native search's length limits, length penalties and token
-log-probabilities (its docstring says how each is obtained); ``attnmt translate --engine
-ctranslate2`` and ``attnmt serve --engine ctranslate2`` put it under the same ``Translator``.
+(``attnmt.decode.engine``), with the native search's stopping rules, length limits, length
+penalties and token log-probabilities (its docstring says how each is obtained); ``attnmt
+translate --engine ctranslate2`` and ``attnmt serve --engine ctranslate2`` put it under the same
+``Translator``.
 
 int8 weights are stored in 7 bits by default (:func:`quantize_int8_rows`, |q| <= 63, one float32
 scale per row, CTranslate2's layout). On CPUs without VNNI instructions (AVX2, AVX-512 before
@@ -249,7 +250,30 @@ class CTranslate2Engine:
     """An ``attnmt.decode.engine.Engine`` over a CTranslate2 export: CTranslate2 searches, the
     results are made to match the native search (module docstring of ``attnmt.decode.engine``).
 
-    How each native behaviour is obtained:
+    Beam search with early stopping (``SearchOptions.early_stopping``) is CTranslate2's own
+    search: the native rule is CTranslate2's (``attnmt.search.beam``), so each batch is one
+    ``translate_batch`` call with ``patience``, ``num_hypotheses = round(K x patience)``, no
+    minimum length, and no re-scoring (:meth:`_translate_early`):
+
+    - Length limit: one ``max_decoding_length`` per call, the batch's longest limit M. A
+      sentence with a shorter limit L is searched exactly as with its own limit unless its
+      search was still going at step L (both searches are the same up to there); then one of
+      the ``round(K x patience)`` hypotheses returned is at least L tokens long (fewer than
+      that many had finished before step L). Those sentences, and only those, are searched again
+      with ``max_decoding_length = L`` (one call per distinct limit). At its limit CTranslate2
+      finishes the last step's K best as they are, as the native rule does.
+    - Length penalty: CTranslate2 ranks by log P / |Y|^alpha (|Y| with EOS: ``return_end_token``);
+      ``average`` is alpha = 1, the native score exactly. For GNMT, log P is recovered from each
+      returned score (score x |Y|^alpha) and the hypotheses are ranked by the native
+      log P / ((k + |Y|) / (k + 1))^alpha (the same ranking when k = 0). alpha = 0 is passed as
+      1e-6: at 0 CTranslate2 switches to another stopping rule (stop when the best candidate ends).
+    - Token log-probabilities: forced decoding (``score_batch``) of the ``nbest`` kept
+      hypotheses, only when ``return_token_log_probs``; ``log_prob`` and ``score`` never need it.
+    - Forbidden ids: ``suppress_sequences``, which CTranslate2 applies before its softmax (the
+      others renormalised; the native search sets them to -inf after it); none in attnmt's own
+      models.
+
+    Greedy search, and beam search with exact stopping, are obtained as follows:
 
     - Length limit: each sentence's own ``floor(a * source length + b)``; sentences are grouped
       by limit and each group is one ``translate_batch`` call (CTranslate2 takes one
@@ -326,6 +350,8 @@ class CTranslate2Engine:
         limits = max_output_lengths(src, PAD_ID, options.max_len_a, options.max_len_b,
                                     self.config.model.max_positions - 1).tolist()
         src_pieces = [self._pieces(s[:-1]) for s in sources]
+        if options.early_stopping and not options.is_greedy:
+            return self._translate_early(src_pieces, limits, options)
         # Per sentence: (output pieces without EOS, log P incl. EOS, or None where the search
         # stopped at limit - 1 and EOS is still to be scored).
         found: list[list[tuple[list[str], float | None]]] = [[([], None)] for _ in sources]  # limit 1: EOS only
@@ -343,6 +369,45 @@ class CTranslate2Engine:
                 found[i] = [(pieces[:-1], score) if pieces and pieces[-1] == eos else (pieces, None)
                             for pieces, score in zip(result.hypotheses, result.scores)]
         return self._ranked(src_pieces, found, options)
+
+    def _translate_early(self, src_pieces: list[list[str]], limits: list[int], options: SearchOptions
+                         ) -> list[list[Hypothesis]]:
+        """Beam search with early stopping: CTranslate2's own search, one call per batch, plus
+        one per distinct limit for the sentences whose limit binds (class docstring)."""
+        wanted = options.finished_wanted
+        alpha = 1.0 if options.length_penalty_type == "average" else options.length_penalty or 1e-6
+        args = dict(beam_size=options.beam_size, patience=options.patience, num_hypotheses=wanted,
+                    length_penalty=alpha, min_decoding_length=0, return_end_token=True, return_scores=True,
+                    max_input_length=0, suppress_sequences=self._forbidden or None)
+        longest = max(limits)
+        found = list(self.translator.translate_batch(src_pieces, max_decoding_length=longest, **args))
+        again: dict[int, list[int]] = {}  # limit -> sentences whose search reached it
+        for i, (result, limit) in enumerate(zip(found, limits)):
+            if limit < longest and any(len(h) >= limit for h in result.hypotheses):
+                again.setdefault(limit, []).append(i)
+        for limit, idx in again.items():
+            out = self.translator.translate_batch([src_pieces[i] for i in idx], max_decoding_length=limit, **args)
+            for i, result in zip(idx, out):
+                found[i] = result
+        eos = self._eos_piece
+        kept: list[list[tuple[list[str], float]]] = []  # per sentence: (pieces with </s> if it ended, log P)
+        for result in found:
+            hyps = [(pieces, score * len(pieces) ** alpha) for pieces, score in zip(result.hypotheses, result.scores)]
+            hyps.sort(key=lambda h: _native_score(h[1], len(h[0]), options), reverse=True)
+            kept.append(hyps[:options.nbest])
+        todo = [(i, j) for i, hyps in enumerate(kept) for j in range(len(hyps))] if options.return_token_log_probs \
+            else []
+        token_lps = dict(zip(todo, self._score([src_pieces[i] for i, _ in todo],
+                                               [_body(kept[i][j][0], eos) for i, j in todo])))
+        results: list[list[Hypothesis]] = []
+        for i, hyps in enumerate(kept):
+            out = []
+            for j, (pieces, log_prob) in enumerate(hyps):
+                ids = self.tgt_tokenizer.piece_ids(_body(pieces, eos)) + ([EOS_ID] if pieces[-1:] == [eos] else [])
+                lps = token_lps.get((i, j), [])[:len(ids)]  # score_batch adds EOS to a hypothesis cut without it
+                out.append(Hypothesis(ids, lps, log_prob, _native_score(log_prob, len(ids), options)))
+            results.append(_top(out, options.nbest))
+        return results
 
     def _search_args(self, options: SearchOptions, limit: int) -> dict:
         """CTranslate2's search options. Greedy search as it is. Beam search ranked by
@@ -386,6 +451,11 @@ class CTranslate2Engine:
         if not targets:
             return []
         return [list(r.log_probs) for r in self.translator.score_batch(sources, targets, max_input_length=0)]
+
+
+def _body(pieces: list[str], eos: str) -> list[str]:
+    """``pieces`` without a final ``eos``."""
+    return pieces[:-1] if pieces[-1:] == [eos] else pieces
 
 
 def _native_score(log_prob: float, length: int, options: SearchOptions) -> float:

@@ -15,7 +15,9 @@ class Hypothesis:
     """One output of a search.
 
     tokens: generated ids, ending with EOS unless the length limit stopped the search first.
-    token_log_probs: natural-log probability of each of ``tokens`` (same length).
+    token_log_probs: natural-log probability of each of ``tokens`` (same length); empty where
+        the search was asked not to return them (``SearchOptions.return_token_log_probs``) and
+        the engine does not have them for free.
     log_prob: the sum of ``token_log_probs``.
     score: what ranks hypotheses: ``log_prob`` divided by the length penalty in beam search,
         ``log_prob`` itself in greedy search.

@@ -51,6 +51,9 @@ class SearchOptions:
     patience: the patience factor p >= 1 of early stopping (Kasai et al., 2022): wait for
         ``round(K x p)`` finished hypotheses instead of K. Only with ``early_stopping``.
     return_attention: also return the best hypothesis' encoder-decoder attention.
+    return_token_log_probs: fill ``Hypothesis.token_log_probs``. The native and ONNX Runtime
+        searches have them anyway; CTranslate2's early-stopping search returns only each
+        hypothesis' total, so with False it leaves them empty and skips a forced-decoding pass.
     constraints: lexically constrained search (``attnmt.search.constraints``, dynamic beam
         allocation): one entry per source sentence of the call, each a sequence of phrases
         (target token-id sequences) that the output must contain; None = unconstrained.
@@ -74,6 +77,7 @@ class SearchOptions:
     early_stopping: bool = False
     patience: float = 1.0
     return_attention: bool = False
+    return_token_log_probs: bool = True
     constraints: Sequence[Sequence[Sequence[int]]] | None = None
     on_step: Callable[[int, list[int]], bool] | None = None
 

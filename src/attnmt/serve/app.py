@@ -1,8 +1,8 @@
 """The HTTP API of ``attnmt serve``: FastAPI routes over a :class:`DynamicBatcher`.
 
 Routes:
-    ``POST /v1/translate``: ``{"text": str | [str], "beam_size"?, "nbest"?, "return_scores"?,
-    "return_attention"?, "constraints"?, "alignments"?}`` -> ``{"translations": [...]}`` in input
+    ``POST /v1/translate``: ``{"text": str | [str], "beam_size"?, "nbest"?, "early_stopping"?,
+    "patience"?, "return_scores"?, "return_attention"?, "constraints"?, "alignments"?}`` -> ``{"translations": [...]}`` in input
     order (:class:`TranslateResponse`); each hypothesis carries its confidence (mean token
     log-probability, its words and their probabilities).
     ``POST /v1/translate/stream``: the same for one sentence, answered with Server-Sent Events:
@@ -73,6 +73,11 @@ class TranslateRequest(BaseModel):
     text: str | list[str] = Field(description="one sentence, or a list of sentences translated independently")
     beam_size: int | None = Field(None, gt=0, description="beam size K (1 = greedy); default from the model")
     nbest: int = Field(1, gt=0, description="hypotheses per sentence, best first (<= beam size)")
+    early_stopping: bool | None = Field(
+        None, description="beam search's stopping rule: true stops a sentence once beam_size x patience hypotheses "
+        "have finished (CTranslate2's rule), false once no open hypothesis can win (exact); default from the server")
+    patience: float | None = Field(None, ge=1.0, description="with early_stopping: wait for round(beam_size x "
+                                   "patience) finished hypotheses; default from the server (1 without early stopping)")
     return_scores: bool = Field(False, description="add each hypothesis' subword tokens and their probabilities")
     return_attention: bool = Field(False, description="add the best hypothesis' source attention")
     constraints: list[str] | list[list[str]] | None = Field(
@@ -167,13 +172,14 @@ class TranslationService:
         self.attention_batcher.close()
 
     def _run_batch(self, jobs: list[Job]) -> list[tuple[Translation, torch.Tensor | None]]:
-        """Search one batch (jobs of one key: beam size, n-best, attention); each job's
+        """Search one batch (jobs of one key: beam size, n-best, attention, stopping rule); each job's
         ``payload`` is its :class:`SentenceRequest` (source ids tokenised once by the request,
         constraints, alignment, stream)."""
-        beam_size, nbest, attention = jobs[0].key
+        beam_size, nbest, attention, early_stopping, patience = jobs[0].key
         asks: list[SentenceRequest] = [j.payload for j in jobs]
         src_ids = [a.src_ids for a in asks]
-        options = self.translator.options(beam_size, nbest, return_attention=attention)
+        options = self.translator.options(beam_size, nbest, return_attention=attention, early_stopping=early_stopping,
+                                          patience=patience)
         warnings: dict[int, list[str]] = {}
         if any(a.constraints for a in asks):
             ids, warnings = self.translator.encode_constraints([a.constraints for a in asks], src_ids, options,
@@ -194,25 +200,38 @@ class TranslationService:
         """Head average of the attention layer's source attention: float32 (T, S)."""
         return result.attention[self.attention_layer - 1].mean(dim=0)  # (L, H, T, S) -> (T, S)
 
+    def stopping_rule(self, early_stopping: bool | None = None, patience: float | None = None) -> tuple[bool, float]:
+        """A request's (early_stopping, patience): the server's default (the model's
+        ``decode`` section, or ``attnmt serve --early-stopping / --patience``) where not given;
+        without early stopping the patience defaults to 1."""
+        decode = self.translator.config.decode
+        early = decode.early_stopping if early_stopping is None else early_stopping
+        return early, (patience if patience is not None else decode.patience if early else 1.0)
+
     def check(self, beam_size: int, nbest: int, attention: bool, constraints: bool = False,
-              streaming: bool = False) -> None:
+              streaming: bool = False, early_stopping: bool | None = None, patience: float | None = None) -> None:
         """Refuse search options the engine lacks, before any work (alignments need attention).
 
         Raises:
             UnsupportedOption: e.g. attention or constraints with the ctranslate2 engine.
-            ValueError: nbest > beam.
+            ValueError: nbest > beam, or a patience without early stopping.
         """
         engine = self.translator.engine
-        check_supported(engine, self.translator.options(beam_size, nbest, return_attention=attention))
+        early, patience = self.stopping_rule(early_stopping, patience)
+        check_supported(engine, self.translator.options(beam_size, nbest, return_attention=attention,
+                                                        early_stopping=early, patience=patience))
         for name, wanted in (("constraints", constraints), ("streaming", streaming)):
             if wanted and name not in engine.supports:
                 raise UnsupportedOption(f"the {engine.name} engine does not support {name}")
 
     async def submit(self, texts: list[str], beam_size: int, nbest: int, attention: bool,
-                     asks: list[SentenceRequest] | None = None) -> list[Job]:
+                     asks: list[SentenceRequest] | None = None, early_stopping: bool | None = None,
+                     patience: float | None = None) -> list[Job]:
         """Queue the non-empty ``texts`` in a batcher, tokenised once in a worker thread (not on
         the event loop); ``asks`` are their requests (default: attention as given). Requests that
-        need attention (``attention``, alignments) go to the attention batcher.
+        need attention (``attention``, alignments) go to the attention batcher. Only sentences
+        with the same search options (beam size, n-best, attention, :meth:`stopping_rule`) share
+        a batch.
 
         Raises:
             QueueFull, Closed: from :meth:`DynamicBatcher.submit`.
@@ -224,8 +243,9 @@ class TranslationService:
         needs_attention = attention or any(a.alignments for a in asks)
         for i, ids in zip(todo, src_ids):
             asks[i].src_ids, asks[i].line = ids, i + 1
-        jobs = [Job(texts[i], len(ids), (beam_size, nbest, needs_attention), beam_size, asks[i], loop.create_future(),
-                    loop) for i, ids in zip(todo, src_ids)]
+        key = (beam_size, nbest, needs_attention, *self.stopping_rule(early_stopping, patience))
+        jobs = [Job(texts[i], len(ids), key, beam_size, asks[i], loop.create_future(), loop)
+                for i, ids in zip(todo, src_ids)]
         (self.attention_batcher if needs_attention else self.batcher).submit(jobs)
         return jobs
 
@@ -251,7 +271,8 @@ class TranslationService:
         return results
 
     async def translate(self, texts: list[str], beam_size: int, nbest: int, attention: bool,
-                        asks: list[SentenceRequest] | None = None) -> list[tuple[Translation, torch.Tensor | None]]:
+                        asks: list[SentenceRequest] | None = None, early_stopping: bool | None = None,
+                        patience: float | None = None) -> list[tuple[Translation, torch.Tensor | None]]:
         """Translate through a batcher (:meth:`submit`, then :meth:`results`); empty (or blank)
         strings at once.
 
@@ -259,7 +280,8 @@ class TranslationService:
             QueueFull, Closed: from :meth:`DynamicBatcher.submit`.
             TimeoutError: not done within ``request_timeout_s`` (the jobs are then dropped).
         """
-        return await self.results(texts, await self.submit(texts, beam_size, nbest, attention, asks), attention)
+        jobs = await self.submit(texts, beam_size, nbest, attention, asks, early_stopping, patience)
+        return await self.results(texts, jobs, attention)
 
     def respond(self, results: list[tuple[Translation, torch.Tensor | None]], scores: bool,
                 alignments: bool = False) -> TranslateResponse:
@@ -294,7 +316,8 @@ class TranslationService:
                 "model": {"d_model": m.d_model, "num_heads": m.num_heads, "d_ff": m.d_ff,
                           "num_encoder_layers": m.num_encoder_layers, "num_decoder_layers": m.num_decoder_layers,
                           "src_vocab_size": tr.src_tokenizer.vocab_size, "tgt_vocab_size": tr.tgt_tokenizer.vocab_size},
-                "decode": {"beam_size": dc.beam_size, "length_penalty": dc.length_penalty,
+                "decode": {"beam_size": dc.beam_size, "early_stopping": dc.early_stopping, "patience": dc.patience,
+                           "length_penalty": dc.length_penalty,
                            "length_penalty_type": dc.length_penalty_type, "length_penalty_k": dc.length_penalty_k,
                            "precision": tr.precision, "attention": tr.attention_kind},
                 "attention_layer": self.attention_layer, "alignment_layer": self.alignment_layer,
@@ -475,7 +498,8 @@ def _add_translate_route(app: FastAPI, state: _AppState) -> None:
         texts, beam_size, asks = _checked(request, service, s)
         retry = {"Retry-After": str(s.retry_after_s)}
         try:
-            results = await service.translate(texts, beam_size, request.nbest, request.return_attention, asks)
+            results = await service.translate(texts, beam_size, request.nbest, request.return_attention, asks,
+                                              request.early_stopping, request.patience)
         except QueueFull as e:
             raise HTTPException(503, f"too busy: {e}", headers=retry) from None
         except Closed as e:
@@ -496,7 +520,8 @@ def _add_translate_route(app: FastAPI, state: _AppState) -> None:
         texts, beam_size, asks = _checked(request, service, s, streaming=True)
         asks[0].stream = StreamJob(service.translator.tgt_tokenizer.decode, asyncio.get_running_loop())
         try:
-            jobs = await service.submit(texts, beam_size, request.nbest, request.return_attention, asks)
+            jobs = await service.submit(texts, beam_size, request.nbest, request.return_attention, asks,
+                                        request.early_stopping, request.patience)
         except (QueueFull, Closed) as e:
             raise HTTPException(503, f"too busy: {e}" if isinstance(e, QueueFull) else str(e),
                                 headers={"Retry-After": str(s.retry_after_s)}) from None
@@ -528,8 +553,9 @@ def _checked(request: TranslateRequest, service: TranslationService, s: ServeSet
         raise HTTPException(422, problem)
     try:
         service.check(beam_size, request.nbest, request.return_attention or request.alignments,
-                      constraints=bool(constraints and any(constraints)), streaming=streaming)
-    except UnsupportedOption as e:
+                      constraints=bool(constraints and any(constraints)), streaming=streaming,
+                      early_stopping=request.early_stopping, patience=request.patience)
+    except (UnsupportedOption, ValueError) as e:  # ValueError: patience without early stopping
         raise HTTPException(422, str(e)) from None
     if constraints:
         try:
