@@ -1,20 +1,24 @@
-"""The data a run trains on: a prepared directory, opened on every process.
+"""The data a run trains on: a prepared directory, opened on every process, and each epoch's
+batches.
 
 With ``data.prepared: DATA_DIR`` a run reads that directory (made by ``attnmt prepare``) and no
-text. Otherwise rank 0 prepares the configured text into ``RUN_DIR/data`` first
-(``attnmt.data.prepare``), so a restart or a resume never tokenises again; on a resume it
-checks that the text, the filters and the weights are still those the directory was made
-from. Every process then memory-maps the same directory (``attnmt.data.shards``): only the
-lengths are loaded, and batches read just their own pairs' pages. A process that cannot see
-rank 0's directory (another machine, text configuration) prepares its own copy with rank 0's
-tokenizers; the result is the same, since preparation is deterministic.
+text; text keys beside it must name what it was prepared from. Otherwise rank 0 prepares the
+configured text into ``RUN_DIR/data`` first (``attnmt.data.prepare``), so a restart or a resume
+never tokenises again; on a resume it checks that the text, the filters and the weights are
+still those the directory was made from. The other processes wait for rank 0 without a
+practical time limit (``distributed.broadcast_data``: preparing a large corpus takes hours).
+Every process then memory-maps the same directory (``attnmt.data.shards``); a process that
+cannot see rank 0's directory (another machine, text configuration) prepares its own copy with
+rank 0's tokenizers, which is the same, since preparation is deterministic. Before the first
+update every process checks that all read the same data (:func:`check_same_data`: fingerprint,
+shard count, pair count).
 
 Each epoch's batches are planned from the memory-mapped lengths (:func:`epoch_share`), and a
 process keeps only its share of them. The run's checkpoint stores :func:`signature`: the
-manifest's fingerprint, the corpus weights, the batching settings and the planner's generator. A resume whose signature differs stops with a one-line
-:class:`~attnmt.errors.ConfigError` naming what changed, unless ``allow_change`` (``attnmt train
---resume --allow-data-change``) says to go on with the new data or settings, at the saved
-epoch and batch position.
+manifest's fingerprint, the corpus weights, the batching settings and the batch planner. A
+resume whose signature differs stops with a one-line :class:`~attnmt.errors.ConfigError`
+naming what changed, unless ``allow_change`` (``attnmt train --resume --allow-data-change``)
+says to go on with the new data or settings, at the saved epoch and batch position.
 
 Library: torch.distributed (through ``attnmt.train.distributed``).
 """
@@ -27,8 +31,6 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
 
 from attnmt import rundir
 from attnmt.config import Config
@@ -60,14 +62,17 @@ class CorpusData:
 
 
 def open_training_data(config: Config, run_dir: Path, resume: bool, data_dir: str | None = None,
-                       ranks: distributed.Ranks = distributed.Ranks(), device: torch.device | None = None,
-                       allow_change: bool = False, progress: bool = False) -> CorpusData:
+                       ranks: distributed.Ranks = distributed.Ranks(), allow_change: bool = False,
+                       progress: bool = False) -> CorpusData:
     """The run's data on this process (module docstring); rank 0 prepares text if needed and
-    writes the tokenizers into a new run's directory.
+    writes the tokenizers into a new run's directory. The other processes wait for it as long
+    as it takes (``distributed.broadcast_data``), then every process checks that all read the
+    same data (:func:`check_same_data`) before the first update.
 
     Raises:
-        DataError: unreadable corpus or prepared directory. ConfigError: no usable pair, or
-            (resume) the text changed since the run's data was prepared, without ``allow_change``.
+        DataError: unreadable corpus or prepared directory, or processes reading different
+            data. ConfigError: no usable pair, or (resume) the text changed since the run's data
+            was prepared, without ``allow_change``.
     """
     found = None
     if ranks.is_main:
@@ -75,12 +80,14 @@ def open_training_data(config: Config, run_dir: Path, resume: bool, data_dir: st
         src_tok, tgt_tok = rundir.read_tokenizers(directory)
         manifest = shards.read_manifest(directory)
         found = (str(directory.resolve()), manifest["fingerprint"], _protos(src_tok, tgt_tok, ranks))
-    found = distributed.broadcast(found, device or torch.device("cpu"))
+    found = distributed.broadcast_data(found)
     if not ranks.is_main:
         directory = _rank_directory(config, found, data_dir, ranks)
         src_tok, tgt_tok = rundir.read_tokenizers(directory)
         manifest = shards.read_manifest(directory)
-    return _open(directory, manifest, src_tok, tgt_tok)
+    data = _open(directory, manifest, src_tok, tgt_tok)
+    check_same_data(distributed.gather_data(_what_is_read(data)))
+    return data
 
 
 def _main_directory(config: Config, run_dir: Path, resume: bool, data_dir: str | None, allow_change: bool,
@@ -160,10 +167,12 @@ def _rank_directory(config: Config, found: tuple, data_dir: str | None, ranks: d
     """A process other than rank 0: rank 0's directory if this machine sees it (the same
     fingerprint), else its own preparation of the text in a temporary directory."""
     path, fingerprint, protos = found
+    if config.data.prepared is not None:  # a copy on this machine; check_same_data compares it with rank 0's
+        if not (Path(path) / shards.MANIFEST).is_file():
+            raise DataError(f"{path}: no such prepared directory on the machine of rank {ranks.rank}; copy it there")
+        return Path(path)
     if (Path(path) / shards.MANIFEST).is_file() and shards.read_manifest(path)["fingerprint"] == fingerprint:
         return Path(path)
-    if config.data.prepared is not None:
-        raise DataError(f"{path}: no such prepared directory on the machine of rank {ranks.rank}; copy it there")
     if protos is None:
         raise ConfigError("word-level or MarianMT vocabularies under torchrun need a prepared directory on every "
                           "machine (attnmt prepare, then data.prepared)")
@@ -173,6 +182,28 @@ def _rank_directory(config: Config, found: tuple, data_dir: str | None, ranks: d
     log.warning("rank %d: %s is not on this machine; preparing a private copy in %s", ranks.rank, path, directory)
     prepare(config, directory, (src_tok, tgt_tok), data_dir=data_dir)
     return directory
+
+
+def _what_is_read(data: CorpusData) -> dict:
+    """What a process says of the training data it has opened, for :func:`check_same_data`."""
+    return {"directory": str(data.directory), "fingerprint": data.manifest["fingerprint"],
+            "shards": len(data.manifest["train"]["shards"]), "pairs": len(data.train)}
+
+
+def check_same_data(found: list[dict]) -> None:
+    """Every process must read the data rank 0 reads (``found``: what each said, in rank
+    order): the same fingerprint, shard count and pair count. Each process runs the check on
+    the same list, so all stop together.
+
+    Raises:
+        DataError: one line naming the first rank and field that differ.
+    """
+    for rank, theirs in enumerate(found[1:], start=1):
+        for field in ("fingerprint", "shards", "pairs"):
+            if theirs[field] != found[0][field]:
+                raise DataError(f"rank {rank} reads other training data than rank 0: {field} {_short(theirs[field])} "
+                                f"in {theirs['directory']}, {_short(found[0][field])} in rank 0's "
+                                f"{found[0]['directory']}")
 
 
 def _open(directory: Path, manifest: dict, src_tok, tgt_tok) -> CorpusData:

@@ -20,6 +20,11 @@ steps would take. The trainer divides the summed loss by the target tokens of th
 so N processes x B tokens, one process x N*B tokens and one process x B tokens x N steps give
 the same update, up to the order of floating-point sums.
 
+Before training, the ranks wait for rank 0's training data (which it may spend hours
+preparing) over a second, gloo group without a practical time limit (:func:`broadcast_data`,
+:func:`gather_data`), not over the training group, whose collectives time out after
+:data:`GROUP_TIMEOUT`.
+
 The data position in a checkpoint is global (batches of the epoch consumed), so a run saved
 under N processes resumes under M. The dropout masks of every batch are drawn from a seed of
 the update and the batch's place in it (:func:`batch_seed`), so they too are the same for any
@@ -62,6 +67,12 @@ T = TypeVar("T")
 # How long a collective waits for the other ranks: long enough for rank 0's validation (with
 # greedy BLEU), which the others wait for (PyTorch's default for NCCL is 10 minutes).
 GROUP_TIMEOUT = datetime.timedelta(minutes=60)
+# How long the ranks wait for each other's training data (broadcast_data, gather_data): rank 0
+# may be preparing the text of a large corpus for hours (and a rank on another machine its own
+# copy), so no practical limit; a process that dies is torchrun's to notice (it stops the job).
+DATA_TIMEOUT = datetime.timedelta(days=30)
+
+_data_group: Any = None  # a gloo group with DATA_TIMEOUT, beside the training group
 
 
 @dataclass(frozen=True)
@@ -105,16 +116,20 @@ def backend_for(device: torch.device) -> str:
 def init(ranks: Ranks, device: torch.device) -> None:
     """Join the process group (rendezvous at torchrun's ``MASTER_ADDR:MASTER_PORT``) unless this
     is a single process or the group exists already."""
+    global _data_group
     if ranks.distributed and not dist.is_initialized():
         dist.init_process_group(backend_for(device), rank=ranks.rank, world_size=ranks.world_size,
                                 timeout=GROUP_TIMEOUT, device_id=device if device.type == "cuda" else None)
+        _data_group = dist.new_group(backend="gloo", timeout=DATA_TIMEOUT)
         log.info("rank %d of %d joined the %s process group", ranks.rank, ranks.world_size, backend_for(device))
 
 
 def shutdown() -> None:
     """Leave the process group, if this process joined one."""
+    global _data_group
     if dist.is_initialized():
         dist.destroy_process_group()
+    _data_group = None
 
 
 def wrap(module: torch.nn.Module, ranks: Ranks, device: torch.device, overlap: bool | None = None
@@ -191,6 +206,26 @@ def broadcast(obj: T, device: torch.device) -> T:
     box: list[Any] = [obj]
     dist.broadcast_object_list(box, src=0, device=device if device.type == "cuda" else None)
     return box[0]
+
+
+def broadcast_data(obj: T) -> T:
+    """Rank 0's ``obj`` on every rank (pickled), waiting for rank 0 as long as it takes
+    (:data:`DATA_TIMEOUT`): for what rank 0 sends once its training data is ready."""
+    if _data_group is None:
+        return obj
+    box: list[Any] = [obj]
+    dist.broadcast_object_list(box, src=0, group=_data_group)
+    return box[0]
+
+
+def gather_data(obj: T) -> list[T]:
+    """Every rank's ``obj`` (pickled), in rank order, on every rank, waiting as long as it takes
+    (:data:`DATA_TIMEOUT`): for what each rank says of the data it has opened."""
+    if _data_group is None:
+        return [obj]
+    found: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(found, obj, group=_data_group)
+    return found
 
 
 def barrier() -> None:

@@ -252,7 +252,7 @@ class Trainer:
         ``RUN_DIR/data`` first if needed); a new run gets the configuration and tokenizers in its
         directory, a resumed one has its data signature checked against the checkpoint's."""
         self.data = open_training_data(self.config, self.run_dir, state is not None, data_dir, self.ranks,
-                                       self.device, allow_change, self.progress_bar)
+                                       allow_change, self.progress_bar)
         self._epoch_batches: tuple[int, Share] | None = None  # (epoch, this process's batches), once per epoch
         if state is not None:
             check_signature(state.get("data"), signature(self.config, self.data), self.run_dir, allow_change)
