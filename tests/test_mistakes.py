@@ -60,6 +60,15 @@ def test_translate_with_stdout_closed_is_one_line(tiny_run, tmp_path):
     assert_one_line_error(result.returncode, result.stderr, "standard output is closed", "--output")
 
 
+def test_translate_to_a_full_stdout_is_one_line(tiny_run, tmp_path):
+    if not Path("/dev/full").is_char_device():
+        pytest.skip("no /dev/full")
+    (tmp_path / "in.txt").write_text("alpha\n" * 50)
+    result = attnmt_process(shell=f"{' '.join(ATTNMT)} -q translate --model {tiny_run} --input {tmp_path}/in.txt "
+                                  "> /dev/full")
+    assert_one_line_error(result.returncode, result.stderr, "standard output: cannot write", "No space left")
+
+
 def test_translate_empty_stdin_says_so_and_writes_nothing(tiny_run):
     result = attnmt_process("translate", "--model", str(tiny_run), stdin=subprocess.DEVNULL)
     assert result.returncode == 0 and result.stdout == ""

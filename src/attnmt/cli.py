@@ -160,8 +160,11 @@ def _write_output(path: str | None, lines: list[str]) -> None:
 
     text = "".join(line + "\n" for line in lines)
     if path is None or path == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except OSError as e:  # > /dev/full, a closed pipe
+            raise WriteError(f"standard output: cannot write: {e.strerror or e}") from None
     else:
         atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
