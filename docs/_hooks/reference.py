@@ -98,7 +98,8 @@ def config_rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str
         section, _, short = key.partition(".")
         if (section, short) in APPLIES_ONLY_TO:
             opt_section, option, values = APPLIES_ONLY_TO[(section, short)]
-            description += f" *(only with {opt_section}.{option}: {' or '.join(values)})*"
+            wanted = " or ".join(str(v).lower() if isinstance(v, bool) else v for v in values)
+            description += f" *(only with {opt_section}.{option}: {wanted})*"
         type_name = "section" if _models_in(field.annotation) == [field.annotation] else _type_name(field.annotation)
         rows.append((key, type_name, _default(field), description))
         for sub in _models_in(field.annotation):
