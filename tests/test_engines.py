@@ -39,12 +39,13 @@ EARLY = [(f"early stopping, {label}", dict(early_stopping=True, **kw)) for label
 
 
 def _engines(model_dir: Path, tmp: Path) -> dict[str, Translator]:
-    from attnmt.interop.ctranslate2 import CTranslate2Translator, export_ctranslate2
-    from attnmt.interop.onnx import OnnxTranslator, export_onnx
+    from attnmt.interop.ctranslate2 import export_ctranslate2
+    from attnmt.interop.engines import open_translator
+    from attnmt.interop.onnx import export_onnx
 
-    return {"native": Translator.from_dir(model_dir, device="cpu"),
-            "ctranslate2": CTranslate2Translator(export_ctranslate2(model_dir, tmp / "ct2")),
-            "onnxruntime": OnnxTranslator(export_onnx(model_dir, tmp / "onnx"))}
+    return {"native": open_translator(model_dir, "native", "cpu"),
+            "ctranslate2": open_translator(export_ctranslate2(model_dir, tmp / "ct2"), "ctranslate2", "cpu"),
+            "onnxruntime": open_translator(export_onnx(model_dir, tmp / "onnx"), "onnxruntime", "cpu")}
 
 
 def _toy_sentences(n: int) -> list[str]:

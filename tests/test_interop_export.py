@@ -45,10 +45,11 @@ def _agreement(a, b) -> float:
 def test_ctranslate2_float32_equals_native_beam_search(trained, tmp_path):
     """>= 95% identical translations; where identical, the CTranslate2 engine's score equals
     attnmt's log P / |Y| (alpha 1, k 0; |Y| counting EOS)."""
-    from attnmt.interop.ctranslate2 import CTranslate2Translator, export_ctranslate2
+    from attnmt.interop.ctranslate2 import export_ctranslate2
+    from attnmt.interop.engines import open_translator
 
     run_dir, _, sentences, native = trained
-    ct2 = CTranslate2Translator(export_ctranslate2(run_dir, tmp_path / "ct2"))
+    ct2 = open_translator(export_ctranslate2(run_dir, tmp_path / "ct2"), "ctranslate2", "cpu")
     ct2.config.decode.length_penalty_k = 0.0  # as the native translator's (the engine honours k)
     ours = ct2.translate(sentences, beam_size=BEAM, length_penalty=ALPHA, batch_size=16)
     assert _agreement(native, ours) >= 0.95
@@ -67,10 +68,11 @@ def test_ctranslate2_float32_equals_native_beam_search(trained, tmp_path):
 
 def test_ctranslate2_int8_within_half_a_bleu(trained, tmp_path):
     """int8 weights: BLEU against the references within 0.5 of the native float32 output."""
-    from attnmt.interop.ctranslate2 import CTranslate2Translator, export_ctranslate2
+    from attnmt.interop.ctranslate2 import export_ctranslate2
+    from attnmt.interop.engines import open_translator
 
     run_dir, _, sentences, native = trained
-    ct2 = CTranslate2Translator(export_ctranslate2(run_dir, tmp_path / "ct2", quantization="int8"))
+    ct2 = open_translator(export_ctranslate2(run_dir, tmp_path / "ct2", quantization="int8"), "ctranslate2", "cpu")
     ct2.config.decode.length_penalty_k = 0.0
     ours = ct2.translate(sentences, beam_size=BEAM, length_penalty=ALPHA)
     refs = sentences  # the copy task
@@ -103,11 +105,12 @@ def test_ctranslate2_7bit_weights_dequantize_to_the_model(trained, tmp_path):
     """The 7-bit int8 export in CTranslate2's layout: loaded at compute type float32 (CTranslate2
     multiplies back by 1 / scale) it translates as the native model does on >= 95% of
     sentences; the 8-bit export (CTranslate2's quantizer) is a different file."""
-    from attnmt.interop.ctranslate2 import CTranslate2Translator, export_ctranslate2
+    from attnmt.interop.ctranslate2 import export_ctranslate2
+    from attnmt.interop.engines import open_translator
 
     run_dir, _, sentences, native = trained
     seven = export_ctranslate2(run_dir, tmp_path / "ct2-7", quantization="int8")
-    ct2 = CTranslate2Translator(seven, compute_type="float32")
+    ct2 = open_translator(seven, "ctranslate2", "cpu", compute_type="float32")
     ct2.config.decode.length_penalty_k = 0.0
     ours = ct2.translate(sentences, beam_size=BEAM, length_penalty=ALPHA)
     assert _agreement(native, ours) >= 0.95
@@ -120,10 +123,11 @@ def test_ctranslate2_7bit_weights_dequantize_to_the_model(trained, tmp_path):
 def test_onnxruntime_equals_native_search(trained, tmp_path):
     """attnmt's beam search over the ONNX graphs: >= 95% identical translations, scores equal
     within 1e-3; greedy search (beam 1) too, in batches of another size (dynamic axes)."""
-    from attnmt.interop.onnx import OnnxTranslator, export_onnx
+    from attnmt.interop.engines import open_translator
+    from attnmt.interop.onnx import export_onnx
 
     run_dir, native_tr, sentences, native = trained
-    onnx_tr = OnnxTranslator(export_onnx(run_dir, tmp_path / "onnx"))
+    onnx_tr = open_translator(export_onnx(run_dir, tmp_path / "onnx"), "onnxruntime", "cpu")
     onnx_tr.config.decode.length_penalty_k = 0.0
     ours = onnx_tr.translate(sentences, beam_size=BEAM, length_penalty=ALPHA, batch_size=16)
     assert _agreement(native, ours) >= 0.95

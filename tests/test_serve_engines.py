@@ -43,14 +43,9 @@ def dirs(dictionary_model_dir, tmp_path_factory):
 
 
 def _translator(dirs, engine):
-    from attnmt.interop.ctranslate2 import CTranslate2Translator
-    from attnmt.interop.onnx import OnnxTranslator
+    from attnmt.interop.engines import open_translator
 
-    if engine == "ctranslate2":
-        return CTranslate2Translator(dirs[engine])
-    if engine == "onnxruntime":
-        return OnnxTranslator(dirs[engine])
-    return Translator.from_dir(dirs[engine])
+    return open_translator(dirs[engine], engine if engine in ("ctranslate2", "onnxruntime") else "native")
 
 
 def _languages(dirs, kind):

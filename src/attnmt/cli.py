@@ -240,18 +240,11 @@ def cmd_train_vectors(args: argparse.Namespace) -> int:
 
 
 def _translator(args: argparse.Namespace):
-    import torch
+    """The native engine's translator (``attnmt.interop.engines.open_translator``)."""
+    from attnmt.interop.engines import open_translator
 
-    from attnmt.decode.translator import Translator
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    tr = Translator.from_dir(args.model, weights=args.weights, device=args.device)
-    if args.precision:
-        tr.set_precision(args.precision)
-    if args.attention:
-        tr.set_attention(args.attention)
-    return tr
+    return open_translator(args.model, "native", args.device, threads=args.threads or 0, weights=args.weights,
+                           precision=args.precision, attention=args.attention)
 
 
 def _engine_translator(args: argparse.Namespace):
@@ -265,19 +258,9 @@ def _engine_translator(args: argparse.Namespace):
         return _translator(args)
     if args.weights or args.precision or args.attention:
         raise AttnmtError(f"--weights, --precision and --attention apply to the native engine, not {engine}")
-    from attnmt.decode.translator import Translator
-    from attnmt.rundir import read_config
+    from attnmt.interop.engines import open_translator
 
-    device = args.device or read_config(args.model).decode.device
-    if engine == "ctranslate2":
-        from attnmt.interop.ctranslate2 import CTranslate2Engine
-
-        search = CTranslate2Engine(args.model, device, compute_type=args.compute_type, threads=args.threads or 0)
-    else:
-        from attnmt.interop.onnx import OnnxEngine
-
-        search = OnnxEngine(args.model, device, threads=args.threads or 0)
-    return Translator(search, search.src_tokenizer, search.tgt_tokenizer, search.config)
+    return open_translator(args.model, engine, args.device, threads=args.threads or 0, compute_type=args.compute_type)
 
 
 def _stopping_rule(decode, args: argparse.Namespace):
@@ -436,7 +419,7 @@ def cmd_score(args: argparse.Namespace) -> int:
 
     check_output_file(args.output, "--output")
     src, tgt = read_parallel(args.src, args.tgt)
-    tr = _translator(args)
+    tr = _engine_translator(args)
     results = tr.score(src, tgt, batch_size=args.batch_size)
     total_lp = sum(r.log_prob for r in results)
     total_tokens = sum(len(r.token_ids) for r in results)
@@ -702,6 +685,18 @@ def _add_serve_parser(sub) -> None:
     p.set_defaults(func=cmd_serve)
 
 
+def _add_score_parser(sub) -> None:
+    p = sub.add_parser("score", help="log-probability and perplexity of given translations (forced decoding)")
+    _add_decode_options(p)
+    p.add_argument("--src", required=True, help="source file")
+    p.add_argument("--tgt", required=True, help="translations to score, line-aligned with --src")
+    p.add_argument("--output", help="output file; default stdout")
+    p.add_argument("--format", choices=["text", "jsonl"], default="text",
+                   help="text: 'ID<TAB>LOG_PROB<TAB>TOKENS<TAB>PPL' per line, then a 'corpus' line")
+    _add_engine_options(p)
+    p.set_defaults(func=cmd_score)
+
+
 def _add_interop_parsers(sub) -> None:
     p = sub.add_parser("import", help="import another toolkit's model as an attnmt model directory")
     p.add_argument("kind", choices=["marian"], help="marian: a Hugging Face MarianMT (OPUS-MT) model")
@@ -798,14 +793,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_interop_parsers(sub)
 
-    p = sub.add_parser("score", help="log-probability and perplexity of given translations (forced decoding)")
-    _add_decode_options(p)
-    p.add_argument("--src", required=True, help="source file")
-    p.add_argument("--tgt", required=True, help="translations to score, line-aligned with --src")
-    p.add_argument("--output", help="output file; default stdout")
-    p.add_argument("--format", choices=["text", "jsonl"], default="text",
-                   help="text: 'ID<TAB>LOG_PROB<TAB>TOKENS<TAB>PPL' per line, then a 'corpus' line")
-    p.set_defaults(func=cmd_score)
+    _add_score_parser(sub)
 
     p = sub.add_parser("plot-attention", help="draw attention heatmaps of translations")
     _add_decode_options(p)

@@ -5,13 +5,22 @@ length, format output or handle empty lines: :class:`attnmt.decode.translator.Tr
 that once, above every engine. Engines are composed into a translator, never subclassed from
 it (a subclass that skips its parent's constructor drifts from it silently).
 
-The implementations:
+Two kinds of engine are enough. A *step model* engine hands a model that encodes, decodes one
+step with a cache and reorders it (``attnmt.search.step_model.StepModel``) to attnmt's own
+search; a *whole-search* engine runs its own search under the same options. The stopping rule
+written once in the options (``SearchOptions.early_stopping``) lets both give the same output.
 
-- ``attnmt.decode.native.NativeEngine``: the PyTorch model with ``attnmt.search`` (greedy and
-  beam search); supports every option.
-- ``attnmt.interop.ctranslate2.CTranslate2Engine``: a CTranslate2 export; no attention.
-- ``attnmt.interop.onnx.OnnxEngine``: an ONNX export run by ONNX Runtime under attnmt's own
-  search; no attention.
+- ``attnmt.decode.native.NativeEngine``: the PyTorch model (a step model) with ``attnmt.search``
+  (greedy and beam search); supports every option and has every capability.
+- ``attnmt.interop.onnx.OnnxEngine``: an ONNX export run by ONNX Runtime (a step model) under
+  attnmt's own search; no attention.
+- ``attnmt.interop.ctranslate2.CTranslate2Engine``: a CTranslate2 export, whole-search; no
+  attention; scores given translations (``score_batch``).
+
+What an engine can do besides searching is declared, never found by type checks: ``supports``
+names the search options it honours, ``capabilities`` the extra methods it has
+(:data:`CAPABILITIES`). ``attnmt.decode.translator.Translator`` checks both once per request,
+before any work (:func:`check_supported`, :func:`require`), and engines trust that check.
 
 Contract of ``Engine.translate(sources, options)``:
 
@@ -25,8 +34,9 @@ Contract of ``Engine.translate(sources, options)``:
   the natural-log probability of each token, ``log_prob`` their sum, ``score`` what ranked it
   (``SearchOptions.length_penalty_type``), and with ``return_attention`` the best
   hypothesis' ``attention`` (float32 (L, H, T, S), T = len(tokens), S = len(source)).
-- Before any work the engine calls :func:`check_supported`: an option it lacks (e.g.
-  ``return_attention`` on CTranslate2) is a one-line :class:`UnsupportedOption`.
+- Options it lacks (e.g. ``return_attention`` on CTranslate2) are refused by its caller before
+  any work (:func:`check_supported`: a one-line :class:`UnsupportedOption`), so ``translate``
+  itself does not check them again for every batch.
 
 Shapes: L decoder layers, H heads, T output tokens, S source tokens.
 """
@@ -39,7 +49,19 @@ from attnmt.errors import AttnmtError
 from attnmt.search.hypothesis import Hypothesis
 from attnmt.search.options import CORE_OPTIONS, SearchOptions
 
-__all__ = ["CORE_OPTIONS", "Engine", "Hypothesis", "SearchOptions", "UnsupportedOption", "check_supported"]
+__all__ = ["CAPABILITIES", "CORE_OPTIONS", "Engine", "Hypothesis", "SearchOptions", "UnsupportedOption",
+           "check_supported", "has_capability", "require"]
+
+# What an engine may have besides ``translate``: capability -> the method that comes with it.
+CAPABILITIES = {
+    "score": "forced_log_probs(sources, targets) -> per pair, the log-probability of each target id "
+             "(forced decoding; attnmt score)",
+    "attention": "attention(src_ids, out_ids) -> the source, encoder and decoder attention of a forced output",
+    "device": "set_device(name): move the model ('cpu', 'cuda:N', 'mps', 'auto')",
+    "precision": "set_precision(precision): 'fp32', 'bf16' or 'int8'",
+    "attention_kernel": "set_attention(kind) and attention_kind: 'explicit' or 'fused'",
+    "torch_model": "model: the PyTorch Transformer",
+}
 
 
 class UnsupportedOption(AttnmtError, ValueError):
@@ -53,12 +75,14 @@ class Engine(Protocol):
     name: 'native', 'ctranslate2' or 'onnxruntime' (shown by ``/v1/models`` and in errors).
     supports: the :class:`SearchOptions` field names it honours (always :data:`CORE_OPTIONS`,
         plus optional features such as 'return_attention' and 'constraints').
+    capabilities: its extra methods, keys of :data:`CAPABILITIES` (e.g. 'score').
     device: where the search runs, e.g. 'cpu' or 'cuda:0'.
     precision: the arithmetic of the weights, e.g. 'fp32', 'bf16', 'int8', 'int8_float32'.
     """
 
     name: str
     supports: frozenset[str]
+    capabilities: frozenset[str]
 
     @property
     def device(self) -> str: ...
@@ -67,11 +91,8 @@ class Engine(Protocol):
     def precision(self) -> str: ...
 
     def translate(self, sources: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
-        """Search every sentence of ``sources`` (module docstring for the contract).
-
-        Raises:
-            UnsupportedOption: ``options`` asks for something the engine lacks (before any work).
-        """
+        """Search every sentence of ``sources`` (module docstring for the contract); the
+        caller has checked ``options`` (:func:`check_supported`)."""
         ...
 
 
@@ -82,3 +103,26 @@ def check_supported(engine: Engine, options: SearchOptions) -> None:
     if missing:
         raise UnsupportedOption(f"the {engine.name} engine does not support {missing[0]}"
                                 + (f" (nor {', '.join(missing[1:])})" if len(missing) > 1 else ""))
+
+
+def has_capability(engine: Engine, capability: str) -> bool:
+    """Whether ``engine`` declares ``capability`` (a key of :data:`CAPABILITIES`; an engine
+    that declares no ``capabilities`` has none).
+
+    Raises:
+        ValueError: an unknown capability name (a programming error).
+    """
+    if capability not in CAPABILITIES:
+        raise ValueError(f"unknown engine capability {capability!r}")
+    return capability in getattr(engine, "capabilities", frozenset())
+
+
+def require(engine: Engine, capability: str, what: str) -> None:
+    """Raise :class:`UnsupportedOption` ("the ENGINE engine does not support WHAT") unless
+    ``engine`` declares ``capability`` (:func:`has_capability`).
+
+    Raises:
+        ValueError: an unknown capability name (a programming error).
+    """
+    if not has_capability(engine, capability):
+        raise UnsupportedOption(f"the {engine.name} engine does not support {what}")

@@ -1,8 +1,10 @@
 """The native engine: the PyTorch Transformer with attnmt's greedy and beam search.
 
-It implements ``attnmt.decode.engine.Engine`` and supports every search option (attention
-too). It also owns what only a PyTorch model has: the device, the precision (fp32, bf16,
-int8), the attention kernel, and forced decoding (all attention weights of a given output).
+It implements ``attnmt.decode.engine.Engine`` with the PyTorch model as its step model
+(``attnmt.search.step_model``), supports every search option (attention too) and has every
+capability (``attnmt.decode.engine.CAPABILITIES``): the device, the precision (fp32, bf16,
+int8), the attention kernel, and forced decoding (scores and all attention weights of a given
+output).
 
 Shapes: B batch, S source length, T output length, L layers, H heads, V vocabulary.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from attnmt.data.batching import pad_sequences
-from attnmt.decode.engine import Hypothesis, SearchOptions, check_supported
+from attnmt.decode.engine import CAPABILITIES, Hypothesis, SearchOptions
 from attnmt.device import configure, resolve_device, to_device
 from attnmt.model.transformer import Transformer
 from attnmt.precision import PRECISIONS, effective_precision
@@ -36,6 +38,7 @@ class NativeEngine:
 
     name = "native"
     supports = CORE_OPTIONS | {"return_attention", "constraints", "streaming"}
+    capabilities = frozenset(CAPABILITIES)
 
     def __init__(self, model: Transformer, device: str = "auto", precision: str = "fp32",
                  attention: str | None = None):
@@ -118,12 +121,7 @@ class NativeEngine:
     def translate(self, sources: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
         """Greedy or beam search (``attnmt.search.batched.search_batch``) of one batch; with
         ``return_attention`` the best hypothesis of each sentence gets its source attention
-        (``Engine`` contract in ``attnmt.decode.engine``).
-
-        Raises:
-            UnsupportedOption: never (it supports every option); kept by the Engine contract.
-        """
-        check_supported(self, options)
+        (``Engine`` contract in ``attnmt.decode.engine``)."""
         hyps = search_batch(self.model, sources, options, self._device)
         if options.return_attention:
             for src, hs in zip(sources, hyps):

@@ -25,7 +25,7 @@ from attnmt.config import DEFAULT_ALIGNMENT_LAYER, Config
 from attnmt.data.tokenizers import EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from attnmt.decode.alignment import align_words, word_ids
 from attnmt.decode.confidence import mean_log_prob, word_confidence
-from attnmt.decode.engine import Engine, SearchOptions, UnsupportedOption, check_supported
+from attnmt.decode.engine import Engine, SearchOptions, check_supported, has_capability, require
 from attnmt.decode.native import NativeEngine
 from attnmt.model.transformer import Transformer
 from attnmt.rundir import load_model_dir
@@ -146,17 +146,21 @@ class Translator:
         config, src_tok, tgt_tok, model = load_model_dir(run_dir, weights)
         return cls(model, src_tok, tgt_tok, config, device)
 
-    # What only the native engine has (the PyTorch model, its device, precision and kernel).
+    # What only some engines have, each declared in ``engine.capabilities`` (attnmt.decode.engine).
 
-    def _native(self, what: str) -> NativeEngine:
-        if not isinstance(self.engine, NativeEngine):
-            raise UnsupportedOption(f"the {self.engine.name} engine does not support {what}; use --engine native")
+    def _engine(self, capability: str, what: str):
+        """The engine, once it is known to have ``capability`` (:func:`attnmt.decode.engine.require`)."""
+        require(self.engine, capability, what)
         return self.engine
 
     @property
     def model(self) -> Transformer:
-        """The PyTorch model (native engine only)."""
-        return self._native("a PyTorch model").model
+        """The PyTorch model (an engine with the 'torch_model' capability: native).
+
+        Raises:
+            UnsupportedOption: another engine.
+        """
+        return self._engine("torch_model", "a PyTorch model").model
 
     @property
     def device(self) -> torch.device:
@@ -170,20 +174,22 @@ class Translator:
 
     @property
     def attention_kind(self) -> str | None:
-        """The native engine's attention kernel ('explicit' or 'fused'); None for other engines."""
-        return getattr(self.engine, "attention_kind", None)
+        """The attention kernel ('explicit' or 'fused') of an engine that has a choice of kernel
+        (capability 'attention_kernel'); None for the others."""
+        return self.engine.attention_kind if has_capability(self.engine, "attention_kernel") else None
 
     def set_device(self, name: str) -> None:
-        """``NativeEngine.set_device``. Raises UnsupportedOption for another engine."""
-        self._native("--device after loading").set_device(name)
+        """``NativeEngine.set_device`` (capability 'device'). Raises UnsupportedOption for another engine."""
+        self._engine("device", "--device after loading").set_device(name)
 
     def set_precision(self, precision: str) -> None:
-        """``NativeEngine.set_precision``. Raises UnsupportedOption for another engine."""
-        self._native("--precision").set_precision(precision)
+        """``NativeEngine.set_precision`` (capability 'precision'). Raises UnsupportedOption for another engine."""
+        self._engine("precision", "--precision").set_precision(precision)
 
     def set_attention(self, kind: str) -> None:
-        """``NativeEngine.set_attention``. Raises UnsupportedOption for another engine."""
-        self._native("--attention").set_attention(kind)
+        """``NativeEngine.set_attention`` (capability 'attention_kernel'). Raises UnsupportedOption for another
+        engine."""
+        self._engine("attention_kernel", "--attention").set_attention(kind)
 
     def _hypothesis(self, h: Hypothesis) -> ScoredHypothesis:
         body = h.tokens[:-1] if h.tokens and h.tokens[-1] == EOS_ID else h.tokens
@@ -272,9 +278,11 @@ class Translator:
             options = replace(options, on_step=lambda k, tokens: on_step(todo[k], tokens))
         if alignments:
             options = replace(options, return_attention=True)
-        check_supported(self.engine, options)
+            if options.nbest > 1:  # the other hypotheses' attention comes from forced decoding
+                require(self.engine, "attention", "alignments of n-best lists")
+        check_supported(self.engine, options)  # once for the whole request, before any work
         layer = self._alignment_layer(alignment_layer) if alignments else 0
-        done = self.translate_ids(src_ids, options, batch_size)
+        done = self._search(src_ids, options, batch_size)
         results = [self.empty(options.nbest)] * len(sentences)
         for k, (i, translation) in enumerate(zip(todo, done)):
             translation.warnings = warnings.get(k, [])
@@ -359,7 +367,7 @@ class Translator:
         Args:
             src_ids: the sentence's source ids, ending with EOS.
         Raises:
-            UnsupportedOption: attention weights from an engine other than native.
+            UnsupportedOption: an engine without the 'attention' capability (only native has it).
         """
         src_words = word_ids(src_ids[:-1], self.src_tokenizer.decode)
         for n, h in enumerate(translation.hypotheses):
@@ -383,8 +391,17 @@ class Translator:
     def translate_ids(self, src_ids: list[list[int]], options: SearchOptions, batch_size: int | None = None
                       ) -> list[Translation]:
         """Translate already tokenised sources (:meth:`encode_sources`, each ending with EOS)
-        in length-sorted batches of ``batch_size`` (default from the config)."""
+        in length-sorted batches of ``batch_size`` (default from the config).
+
+        Raises:
+            UnsupportedOption: an option the engine lacks (before any work).
+        """
         check_supported(self.engine, options)
+        return self._search(src_ids, options, batch_size)
+
+    def _search(self, src_ids: list[list[int]], options: SearchOptions, batch_size: int | None = None
+                ) -> list[Translation]:
+        """:meth:`translate_ids` once the options are checked."""
         batch_size = batch_size or self.config.decode.batch_size
         hyps = search_in_batches(src_ids, options, batch_size, self.engine.translate)
         return [Translation([self._hypothesis(h) for h in hs], self.src_tokenizer.pieces(ids[:-1]) + ["</s>"],
@@ -398,7 +415,7 @@ class Translator:
         Raises:
             UnsupportedOption: another engine.
         """
-        return self._native("attention weights").attention(src_ids, out_ids)
+        return self._engine("attention", "attention weights").attention(src_ids, out_ids)
 
     def source_attention(self, src_ids: list[int], out_ids: list[int]) -> torch.Tensor:
         """Encoder-decoder attention of a forced output: float32 (L, H, T, S) (see :meth:`attention`)."""
@@ -415,11 +432,11 @@ class Translator:
             ``token_log_probs`` their natural-log probabilities, ``log_prob`` = ``score`` = their sum.
         Raises:
             ValueError: different numbers of sources and targets.
-            UnsupportedOption: an engine other than native.
+            UnsupportedOption: an engine without the 'score' capability (ONNX Runtime).
         """
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
-        engine = self._native("forced decoding (attnmt score)")
+        engine = self._engine("score", "forced decoding (attnmt score)")
         batch_size = batch_size or self.config.decode.batch_size
         src_ids = self.encode_sources(sources)
         tgt_ids = [t + [EOS_ID] for t in self.tgt_tokenizer.encode_batch(targets)]

@@ -41,8 +41,7 @@ from attnmt import rundir
 from attnmt.config import ModelConfig
 from attnmt.data.batching import pad_sequences
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
-from attnmt.decode.engine import CORE_OPTIONS, Hypothesis, SearchOptions, check_supported
-from attnmt.decode.translator import Translator
+from attnmt.decode.engine import CORE_OPTIONS, Hypothesis, SearchOptions
 from attnmt.errors import CheckpointError, ConfigError
 from attnmt.interop.extras import require
 from attnmt.model.transformer import Transformer
@@ -307,6 +306,7 @@ class CTranslate2Engine:
 
     name = "ctranslate2"
     supports = CORE_OPTIONS
+    capabilities = frozenset({"score"})
 
     def __init__(self, export_dir: str | Path, device: str = "cpu", compute_type: str = "default",
                  threads: int = 0, patience: float = 1.0):
@@ -340,12 +340,8 @@ class CTranslate2Engine:
         return [self._src_pieces[i] for i in ids]
 
     def translate(self, sources: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
-        """Search ``sources`` (ids ending with EOS) with CTranslate2 (class docstring).
-
-        Raises:
-            UnsupportedOption: return_attention or constraints.
-        """
-        check_supported(self, options)
+        """Search ``sources`` (ids ending with EOS) with CTranslate2 (class docstring; the caller
+        has refused return_attention, constraints and streaming)."""
         src = pad_sequences(sources)  # (B, S)
         limits = max_output_lengths(src, PAD_ID, options.max_len_a, options.max_len_b,
                                     self.config.model.max_positions - 1).tolist()
@@ -445,6 +441,18 @@ class CTranslate2Engine:
             results[i].append(Hypothesis(ids, lps, sum(lps), _native_score(sum(lps), len(ids), options)))
         return [_top(hs, options.nbest) for hs in results]
 
+    def forced_log_probs(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
+        """Forced decoding (capability 'score', ``score_batch``): per pair, the natural-log
+        probability of each target id, as ``NativeEngine.forced_log_probs`` gives them.
+
+        Args:
+            sources: source ids ending with EOS; targets: output ids ending with EOS, pairwise.
+        """
+        pieces = self.tgt_tokenizer.pieces
+        scored = self._score([self._pieces(s[:-1]) for s in sources],
+                             [pieces(t[:-1] if t[-1:] == [EOS_ID] else t) for t in targets])
+        return [lps[:len(t)] for lps, t in zip(scored, targets)]  # score_batch adds EOS to a target without it
+
     def _score(self, sources: list[list[str]], targets: list[list[str]]) -> list[list[float]]:
         """Forced decoding: per pair, the natural-log probability of each target piece and of
         the EOS after them."""
@@ -472,11 +480,3 @@ def _top(hyps: list[Hypothesis], nbest: int) -> list[Hypothesis]:
     ranked = sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest]
     return ranked + [Hypothesis([EOS_ID], [float("-inf")], float("-inf"), float("-inf"))
                      for _ in range(nbest - len(ranked))]
-
-
-def CTranslate2Translator(export_dir: str | Path, compute_type: str = "default", threads: int = 0,  # noqa: N802
-                          device: str = "cpu") -> Translator:
-    """A :class:`attnmt.decode.translator.Translator` over a :class:`CTranslate2Engine` (the
-    name existing callers use)."""
-    engine = CTranslate2Engine(export_dir, device, compute_type, threads)
-    return Translator(engine, engine.src_tokenizer, engine.tgt_tokenizer, engine.config)

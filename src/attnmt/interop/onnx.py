@@ -41,8 +41,7 @@ from torch import nn
 from attnmt import rundir
 from attnmt.config import ModelConfig
 from attnmt.data.tokenizers import EOS_ID, PAD_ID
-from attnmt.decode.engine import CORE_OPTIONS, Hypothesis, SearchOptions, check_supported
-from attnmt.decode.translator import Translator
+from attnmt.decode.engine import CORE_OPTIONS, Hypothesis, SearchOptions
 from attnmt.errors import CheckpointError, ConfigError
 from attnmt.interop.extras import require
 from attnmt.model.attention import KVCache, LayerCache, padding_mask
@@ -281,6 +280,7 @@ class OnnxEngine:
 
     name = "onnxruntime"
     supports = CORE_OPTIONS
+    capabilities: frozenset[str] = frozenset()
     precision = "fp32"
 
     def __init__(self, export_dir: str | Path, device: str = "cpu", threads: int = 0):
@@ -293,17 +293,6 @@ class OnnxEngine:
         return self.model.device
 
     def translate(self, sources: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
-        """Search ``sources`` (ids ending with EOS) over the ONNX graphs (``Engine`` contract).
-
-        Raises:
-            UnsupportedOption: return_attention or constraints.
-        """
-        check_supported(self, options)
+        """Search ``sources`` (ids ending with EOS) over the ONNX graphs (``Engine`` contract;
+        the caller has refused return_attention, constraints and streaming)."""
         return search_batch(self.model, sources, options)
-
-
-def OnnxTranslator(export_dir: str | Path, threads: int = 0, device: str = "cpu") -> Translator:  # noqa: N802
-    """A :class:`attnmt.decode.translator.Translator` over an :class:`OnnxEngine` (the name
-    existing callers use)."""
-    engine = OnnxEngine(export_dir, device, threads)
-    return Translator(engine, engine.src_tokenizer, engine.tgt_tokenizer, engine.config)

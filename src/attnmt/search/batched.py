@@ -16,11 +16,11 @@ import torch
 
 from attnmt.data.batching import pad_sequences
 from attnmt.device import to_device
-from attnmt.model.transformer import Transformer
 from attnmt.search.beam import beam_search
 from attnmt.search.greedy import greedy_search
 from attnmt.search.hypothesis import Hypothesis
 from attnmt.search.options import SearchOptions
+from attnmt.search.step_model import StepModel
 
 SearchFn = Callable[[list[list[int]]], list[list[Hypothesis]]]
 
@@ -77,12 +77,13 @@ def average_score(h: Hypothesis) -> Hypothesis:
 
 
 @torch.no_grad()
-def search_batch(model: Transformer, sources: list[list[int]], options: SearchOptions,
+def search_batch(model: StepModel, sources: list[list[int]], options: SearchOptions,
                  device: torch.device | None = None) -> list[list[Hypothesis]]:
     """Greedy (``beam_size`` 1) or beam search of one batch with the native model.
 
     Args:
-        model: a Transformer in eval mode (or anything with its search interface).
+        model: a step model (``attnmt.search.step_model``): a Transformer in eval mode, or
+            ``attnmt.interop.onnx.OnnxTransformer``.
         sources: source ids per sentence, each ending with EOS; padded here.
         options: the search (``return_attention`` is not handled here: ``attnmt.decode.native.NativeEngine``
             adds attention). With ``constraints`` a beam size of 1 runs beam search with one
@@ -110,7 +111,7 @@ def search_batch(model: Transformer, sources: list[list[int]], options: SearchOp
                        options.patience)
 
 
-def translate_ids(model: Transformer, sources: list[list[int]], options: SearchOptions, batch_size: int,
+def translate_ids(model: StepModel, sources: list[list[int]], options: SearchOptions, batch_size: int,
                   device: torch.device | None = None) -> list[list[Hypothesis]]:
     """:func:`search_batch` over length-sorted batches of ``batch_size`` sentences; results in
     input order (:func:`by_length`)."""

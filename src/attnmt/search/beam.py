@@ -44,10 +44,10 @@ from dataclasses import dataclass
 import torch
 
 from attnmt.data.tokenizers import BOS_ID, EOS_ID
-from attnmt.model.transformer import Transformer
 from attnmt.search.constraints import ConstraintTracker, Phrases
 from attnmt.search.hypothesis import Hypothesis, max_output_lengths
 from attnmt.search.options import finished_wanted
+from attnmt.search.step_model import StepModel
 
 
 def length_penalty(length: int | float, alpha: float, k: float = 5.0) -> float:
@@ -168,7 +168,7 @@ def _is_done(finished: list[Hypothesis], best_open: float, t: int, limit: int, n
 
 @torch.no_grad()
 def beam_search(
-    model: Transformer, src: torch.Tensor, beam_size: int = 5, alpha: float = 0.6,
+    model: StepModel, src: torch.Tensor, beam_size: int = 5, alpha: float = 0.6,
     length_penalty_k: float = 5.0, max_len_a: float = 1.5, max_len_b: int = 10, nbest: int = 1,
     constraints: Sequence[Phrases] | None = None, on_step: Callable[[int, list[int]], bool] | None = None,
     early_stopping: bool = False, patience: float = 1.0,
@@ -176,7 +176,7 @@ def beam_search(
     """Beam search over a batch of sentences.
 
     Args:
-        model: a Transformer in eval mode.
+        model: a step model (``attnmt.search.step_model``), e.g. a Transformer in eval mode.
         src: (B, S) int64 source ids ending with EOS, right-padded.
         beam_size: K, the open hypotheses kept per sentence.
         alpha, length_penalty_k: the length penalty's exponent and constant (0.6 and 5).

@@ -14,17 +14,17 @@ from collections.abc import Callable
 import torch
 
 from attnmt.data.tokenizers import EOS_ID
-from attnmt.model.transformer import Transformer
 from attnmt.search.hypothesis import Hypothesis, max_output_lengths
+from attnmt.search.step_model import StepModel
 
 
 @torch.no_grad()
-def greedy_search(model: Transformer, src: torch.Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
+def greedy_search(model: StepModel, src: torch.Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
                   on_step: Callable[[int, list[int]], bool] | None = None) -> list[Hypothesis]:
     """Greedy search over a batch of sentences.
 
     Args:
-        model: a Transformer in eval mode.
+        model: a step model (``attnmt.search.step_model``), e.g. a Transformer in eval mode.
         src: (B, S) int64 source ids ending with EOS, right-padded.
         max_len_a, max_len_b: output limit ``a * source length + b`` tokens (EOS included).
         on_step: streaming: after every step, called for each sentence still decoded with its

@@ -1,0 +1,75 @@
+"""One factory for every engine: a model directory (or an export of one) in, a ``Translator`` out.
+
+``attnmt translate / evaluate / score / serve --engine`` and Python callers get their engine here:
+
+- ``native``: a model directory (``attnmt train`` or ``attnmt import``) searched by the PyTorch
+  model (``attnmt.decode.native.NativeEngine``).
+- ``ctranslate2``: a directory from ``attnmt export ctranslate2``
+  (``attnmt.interop.ctranslate2.CTranslate2Engine``).
+- ``onnxruntime``: a directory from ``attnmt export onnx`` (``attnmt.interop.onnx.OnnxEngine``).
+
+Every export directory holds config.yaml and the tokenizers, so the same ``Translator``
+(``attnmt.decode.translator``) tokenises, batches and formats above each engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnmt.decode.engine import UnsupportedOption
+from attnmt.decode.translator import Translator
+from attnmt.rundir import read_config
+
+ENGINES = ("native", "ctranslate2", "onnxruntime")
+
+
+def open_translator(model_dir: str | Path, engine: str = "native", device: str | None = None, threads: int = 0,
+                    compute_type: str = "default", weights: str | Path | None = None, precision: str | None = None,
+                    attention: str | None = None) -> Translator:
+    """A translator over ``engine`` for ``model_dir``.
+
+    Args:
+        model_dir: a model directory (native) or an export directory (the other engines).
+        engine: one of :data:`ENGINES`.
+        device: 'auto', 'cpu', 'cuda', 'cuda:N' ('mps': native only); default the directory's
+            ``decode.device``.
+        threads: intra-op CPU threads, 0 = the library's default (for native, PyTorch's
+            process-wide ``torch.set_num_threads``).
+        compute_type: ctranslate2 only: CTranslate2's compute type ('default': the stored weights').
+        weights, precision, attention: native only: another safetensors file, 'fp32' / 'bf16' /
+            'int8', and the attention kernel 'explicit' / 'fused' (default: the config's).
+    Raises:
+        ValueError: an unknown engine.
+        UnsupportedOption: weights, precision, attention or compute_type for an engine without them.
+        CheckpointError, ConfigError: a missing or incomplete directory, or a device this machine
+            (or this engine) cannot use.
+        AttnmtError: the engine's library is not installed (the ``export`` extra).
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; use {', '.join(ENGINES)}")
+    if engine != "native" and (weights or precision or attention):
+        raise UnsupportedOption(f"the {engine} engine does not support weights, precision or attention kernel "
+                                "choices (they apply to the native engine)")
+    if engine != "ctranslate2" and compute_type != "default":
+        raise UnsupportedOption(f"the {engine} engine does not support compute types (ctranslate2 only)")
+    if engine == "native":
+        import torch
+
+        if threads:
+            torch.set_num_threads(threads)
+        tr = Translator.from_dir(model_dir, weights=weights, device=device)
+        if precision:
+            tr.set_precision(precision)
+        if attention:
+            tr.set_attention(attention)
+        return tr
+    device = device or read_config(model_dir).decode.device
+    if engine == "ctranslate2":
+        from attnmt.interop.ctranslate2 import CTranslate2Engine
+
+        search = CTranslate2Engine(model_dir, device, compute_type=compute_type, threads=threads)
+    else:
+        from attnmt.interop.onnx import OnnxEngine
+
+        search = OnnxEngine(model_dir, device, threads=threads)
+    return Translator(search, search.src_tokenizer, search.tgt_tokenizer, search.config)

@@ -1,0 +1,110 @@
+"""Engines behind one protocol: the step model that attnmt's search drives, capabilities declared
+by each engine (never found by type checks), one factory, and ``attnmt score --engine``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import attnmt.decode.translator as translator_module
+from attnmt import cli
+from attnmt.decode.engine import CAPABILITIES, UnsupportedOption, require
+from attnmt.interop.engines import ENGINES, open_translator
+from attnmt.search.step_model import StepModel
+
+pytest.importorskip("ctranslate2")
+pytest.importorskip("onnxruntime")
+
+PAIRS = [("alpha bravo charlie", "alpha bravo charlie"), ("delta echo", "delta golf"), ("hotel", "")]
+
+
+@pytest.fixture(scope="module")
+def engines(tiny_run, tmp_path_factory) -> dict:
+    from attnmt.interop.ctranslate2 import export_ctranslate2
+    from attnmt.interop.onnx import export_onnx
+
+    tmp = tmp_path_factory.mktemp("protocol")
+    dirs = {"native": tiny_run, "ctranslate2": export_ctranslate2(tiny_run, tmp / "ct2"),
+            "onnxruntime": export_onnx(tiny_run, tmp / "onnx")}
+    return {name: (open_translator(path, name, "cpu"), path) for name, path in dirs.items()}
+
+
+def test_native_and_onnx_models_are_step_models(engines):
+    native, onnx = engines["native"][0].engine, engines["onnxruntime"][0].engine
+    assert isinstance(native.model, StepModel) and isinstance(onnx.model, StepModel)
+    assert not hasattr(engines["ctranslate2"][0].engine, "model")  # a whole-search engine
+
+
+def test_capabilities_are_declared_and_checked(engines):
+    assert engines["native"][0].engine.capabilities == frozenset(CAPABILITIES)
+    assert engines["ctranslate2"][0].engine.capabilities == {"score"}
+    assert engines["onnxruntime"][0].engine.capabilities == frozenset()
+    ct2, onnx = engines["ctranslate2"][0], engines["onnxruntime"][0]
+    for call, message in ((lambda: ct2.model, "a PyTorch model"), (lambda: ct2.set_precision("bf16"), "--precision"),
+                          (lambda: ct2.attention([5, 3], [3]), "attention weights"),
+                          (lambda: onnx.score(["alpha"], ["alpha"]), "forced decoding")):
+        with pytest.raises(UnsupportedOption, match="^the (ctranslate2|onnxruntime) engine does not support"):
+            call()
+        with pytest.raises(UnsupportedOption, match=re.escape(message)):
+            call()
+    assert ct2.attention_kind is None and engines["native"][0].attention_kind == "explicit"
+    with pytest.raises(ValueError, match="unknown engine capability"):
+        require(ct2.engine, "teleport", "teleporting")
+
+
+def test_ctranslate2_scores_as_native(engines):
+    """Forced decoding through CTranslate2's score_batch gives the native log-probabilities."""
+    sources, targets = [s for s, _ in PAIRS], [t for _, t in PAIRS]
+    native = engines["native"][0].score(sources, targets)
+    ct2 = engines["ctranslate2"][0].score(sources, targets, batch_size=2)
+    for a, b in zip(native, ct2):
+        assert a.token_ids == b.token_ids and a.pieces == b.pieces
+        assert b.token_log_probs == pytest.approx(a.token_log_probs, abs=1e-4)
+        assert b.log_prob == pytest.approx(a.log_prob, abs=1e-4)
+
+
+def test_cli_score_takes_every_engine_that_can(engines, tmp_path, capsys):
+    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    src.write_text("".join(s + "\n" for s, _ in PAIRS), encoding="utf-8")
+    tgt.write_text("".join(t + "\n" for _, t in PAIRS), encoding="utf-8")
+    outputs = {}
+    for name in ("native", "ctranslate2"):
+        assert cli.main(["score", "--model", str(engines[name][1]), "--src", str(src), "--tgt", str(tgt),
+                         "--engine", name, "--device", "cpu"]) == 0
+        outputs[name] = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert len(outputs["native"]) == len(PAIRS) + 1  # one line per pair, then the corpus line
+    for a, b in zip(*outputs.values()):
+        assert a[0] == b[0] and a[2] == b[2]  # id, tokens
+        assert float(b[1]) == pytest.approx(float(a[1]), abs=1e-3)
+    assert cli.main(["score", "--model", str(engines["onnxruntime"][1]), "--src", str(src), "--tgt", str(tgt),
+                     "--engine", "onnxruntime"]) == 2
+    err = capsys.readouterr().err
+    assert err == "attnmt: error: the onnxruntime engine does not support forced decoding (attnmt score)\n"
+
+
+def test_options_are_checked_once_per_request(engines, monkeypatch):
+    calls = []
+    check = translator_module.check_supported
+    monkeypatch.setattr(translator_module, "check_supported", lambda e, o: calls.append(o) or check(e, o))
+    for name in ENGINES:
+        calls.clear()
+        tr = engines[name][0]
+        tr.translate(["alpha bravo", "charlie", "delta echo foxtrot", "golf"], beam_size=2, batch_size=1)
+        assert len(calls) == 1, name
+
+
+def test_one_factory_refuses_what_an_engine_lacks(engines):
+    with pytest.raises(ValueError, match="unknown engine 'marian'"):
+        open_translator(engines["native"][1], "marian")
+    with pytest.raises(UnsupportedOption, match="the ctranslate2 engine does not support weights, precision"):
+        open_translator(engines["ctranslate2"][1], "ctranslate2", precision="int8")
+    with pytest.raises(UnsupportedOption, match="the onnxruntime engine does not support compute types"):
+        open_translator(engines["onnxruntime"][1], "onnxruntime", compute_type="int8")
+
+
+def test_no_type_checks_of_engines_in_decode():
+    decode = Path(translator_module.__file__).parent
+    for path in decode.glob("*.py"):
+        assert not re.search(r"isinstance\([^)]*(NativeEngine|CTranslate2Engine|OnnxEngine)", path.read_text()), path
