@@ -55,10 +55,11 @@ def read_lines(path: str | Path) -> list[str]:
     return decode_lines(data, str(path))
 
 
-def decode_lines(data: bytes, name: str, max_chars: int = MAX_LINE_CHARS) -> list[str]:
+def decode_lines(data: bytes, name: str, max_chars: int = MAX_LINE_CHARS, first: int = 1) -> list[str]:
     """Split UTF-8 bytes into lines at ``\\n`` only (no newlines; a final newline does not add an
     empty line; a CR before the newline is dropped). A line longer than ``max_chars``
-    characters is cut to that length, with a warning naming ``name:line``.
+    characters is cut to that length, with a warning naming ``name:line`` (``first``: the
+    number of the first line, for a part of a file).
 
     Raises:
         DataError: a line is not valid UTF-8 (``name:line``).
@@ -67,7 +68,7 @@ def decode_lines(data: bytes, name: str, max_chars: int = MAX_LINE_CHARS) -> lis
     if raw_lines and raw_lines[-1] == b"":
         raw_lines.pop()
     lines = []
-    for number, raw in enumerate(raw_lines, start=1):
+    for number, raw in enumerate(raw_lines, start=first):
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:

@@ -4,15 +4,18 @@ in worker processes and write memory-mapped shards (``attnmt.data.shards``).
 ``attnmt prepare CONFIG --output DATA_DIR`` and ``attnmt train`` (into ``RUN_DIR/data``, when
 the configuration names text files) both call :func:`prepare`. The steps:
 
-1. Every input file (plain or gzip) is checked and fingerprinted (SHA-256) before any long work.
+1. Every input file (plain or gzip) is checked to be readable before any long work.
 2. Unless ready-made tokenizers are given (a fine-tuned model's, a resumed run's), one pass over
-   the training text fills a seeded reservoir (Vitter's algorithm R) of at most
-   ``tokenizer.max_sentences`` non-empty lines per side, and the tokenizers are trained on it.
-   A corpus within that size is sampled whole and in order, so the tokenizers equal those
-   trained on all of it.
-3. A second pass reads the pairs in chunks, which ``workers`` processes encode (in order) and
-   filter; the main process removes duplicates and appends the kept pairs to the shards.
-   Neither pass holds more than a few chunks of text in memory.
+   each side of the training text fills a seeded reservoir (:class:`Reservoir`, Vitter's
+   algorithm R) of at most ``tokenizer.max_sentences`` lines, and the tokenizers are trained on
+   its non-empty lines. A side within that size is sampled whole and in order, so the
+   tokenizers equal those trained on all of it.
+3. A second pass reads the pairs in chunks of whole lines, as bytes (``attnmt.data.blocks``:
+   blocks of a mebibyte, cut with numpy, no Python object per line), taking each file's
+   SHA-256 as it reads; ``workers`` processes decode, encode and filter the chunks (in order);
+   the main process removes duplicates and appends the kept pairs to the shards. A progress
+   bar shows the bytes read (and so the time left) and the pairs per second. Neither pass
+   holds more than a few chunks of text in memory.
 
 Filters, each counted in the manifest, applied in this order (a pair is counted once, by the
 first that drops it):
@@ -45,7 +48,6 @@ import itertools
 import json
 import logging
 import multiprocessing
-import random
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -57,7 +59,8 @@ from tqdm import tqdm
 
 from attnmt.config import Config
 from attnmt.data import shards
-from attnmt.data.corpus import MAX_LINE_CHARS, dataset_pair_files
+from attnmt.data.blocks import HashedReader, TextChunk, pair_chunks, whole_lines
+from attnmt.data.corpus import MAX_LINE_CHARS, dataset_pair_files, decode_lines
 from attnmt.data.tokenizers import Tokenizer, VocabTokenizer, WordTokenizer
 from attnmt.data.vectors import vec_words
 from attnmt.errors import ConfigError, DataError, WriteError
@@ -128,21 +131,38 @@ def iter_pairs(src_path: str | Path, tgt_path: str | Path, warn: bool = True) ->
 
 
 class Reservoir:
-    """A uniform random sample of at most ``capacity`` items of a stream of unknown length, in
-    one pass (Vitter's algorithm R). With no more items than ``capacity`` it holds them all, in
-    order."""
+    """A uniform random sample of at most ``capacity`` lines of a stream of blocks of whole
+    lines (Vitter's algorithm R, vectorised over each block): the first ``capacity`` lines fill
+    the slots in order (a stream of at most ``capacity`` lines is kept whole and in order), and
+    line t (counting from 1) then takes slot ``floor(u_t x t)`` when that is below ``capacity``,
+    u_t uniform from numpy's Philox generator keyed on ``(seed, stream)``. Lines are kept as
+    bytes and decoded at the end, so the lines that pass through cost no Python object."""
 
-    def __init__(self, capacity: int, rng: random.Random):
-        self.capacity, self.rng, self.seen, self.items = capacity, rng, 0, []
+    def __init__(self, capacity: int, seed: int, stream: int):
+        self.capacity, self.seen, self.slots = capacity, 0, []
+        self._bits = np.random.Philox(key=np.array([seed % 2**64, stream], np.uint64))
 
-    def add(self, item) -> None:
-        self.seen += 1
-        if len(self.items) < self.capacity:
-            self.items.append(item)
-        else:
-            j = self.rng.randrange(self.seen)
-            if j < self.capacity:
-                self.items[j] = item
+    def add(self, data: bytes, ends: np.ndarray) -> None:
+        """Offer the lines of ``data`` (``ends``: the positions just past each line)."""
+        starts = np.concatenate([[0], ends[:-1]]).tolist()
+        fill = max(0, min(len(ends), self.capacity - self.seen))  # lines that take empty slots, in order
+        self.slots += [data[a:b] for a, b in zip(starts[:fill], ends[:fill].tolist())]
+        if fill < len(ends):
+            place = self.seen + fill + np.arange(1, len(ends) - fill + 1)  # t of each further line
+            uniform = (self._bits.random_raw(len(place)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+            hits = np.flatnonzero((uniform * place).astype(np.int64) < self.capacity)
+            slots = (uniform[hits] * place[hits]).astype(np.int64)
+            # the last line to take a slot keeps it, as replacing one line at a time would leave it
+            taken, last = np.unique(slots[::-1], return_index=True)
+            for slot, line in zip(taken.tolist(), (fill + hits[::-1][last]).tolist()):
+                self.slots[slot] = data[starts[line]: int(ends[line])]
+        self.seen += len(ends)
+
+    def lines(self) -> list[str]:
+        """The sample, decoded and stripped, without its empty lines."""
+        lines = (raw.decode("utf-8", "replace").removesuffix("\n").rstrip("\r")[:MAX_LINE_CHARS].strip()
+                 for raw in self.slots)  # an invalid byte is the encoding pass's to name, with its line
+        return [line for line in lines if line]
 
 
 # ---- what to read --------------------------------------------------------------------------------
@@ -211,27 +231,32 @@ def file_record(path: Path) -> dict:
 # ---- tokenizers ----------------------------------------------------------------------------------
 
 def sample_lines(corpora: list[Corpus], capacity: int, seed: int) -> tuple[list[str], list[str]]:
-    """Seeded reservoir samples (:class:`Reservoir`) of at most ``capacity`` non-empty source and
-    target lines of all the corpora, in one pass.
+    """Seeded samples (:class:`Reservoir`) of at most ``capacity`` lines per side of all the
+    corpora, in one pass over each side, without their empty lines.
 
     Raises:
-        DataError: see :func:`iter_pairs`; or no pair has both sides non-empty.
+        DataError: see :class:`~attnmt.data.blocks.HashedReader`; files of a corpus with
+            different line counts; or a side with no non-empty line.
     """
-    src, tgt = Reservoir(capacity, random.Random(seed)), Reservoir(capacity, random.Random(seed + 1))
-    usable = False
-    for corpus in corpora:
-        for s, t in iter_pairs(corpus.src, corpus.tgt, warn=False):  # the encoding pass warns
-            if s:
-                src.add(s)
-            if t:
-                tgt.add(t)
-            usable = usable or bool(s and t)
-    if not usable:
+    samples, counts = [], []
+    for side in (0, 1):
+        reservoir = Reservoir(capacity, seed, side)
+        counts.append([])
+        for corpus in corpora:
+            seen = reservoir.seen
+            for data, ends in whole_lines(HashedReader((corpus.src, corpus.tgt)[side]).blocks()):
+                reservoir.add(data, ends)
+            counts[side].append(reservoir.seen - seen)
+        samples.append(reservoir.lines())
+        if reservoir.seen > capacity:
+            log.info("tokenizer sample: %d of %d %s lines", len(reservoir.slots), reservoir.seen, ("source", "target")[side])
+    for corpus, n_src, n_tgt in zip(corpora, *counts):
+        if n_src != n_tgt:
+            raise DataError(f"{corpus.src} has {n_src} lines but {corpus.tgt} has {n_tgt}: parallel files must be "
+                            "line-aligned")
+    if not all(samples):
         _no_pair(corpora)
-    if src.seen > capacity or tgt.seen > capacity:
-        log.info("tokenizer sample: %d of %d source and %d of %d target lines", len(src.items), src.seen,
-                 len(tgt.items), tgt.seen)
-    return src.items, tgt.items
+    return samples[0], samples[1]
 
 
 def train_tokenizers(config: Config, src_lines: list[str], tgt_lines: list[str]
@@ -400,41 +425,46 @@ def _init_worker(src_recipe, tgt_recipe, joint: bool, filters: Filters, dtype: s
     _WORKER.update(src=src, tgt=src if joint else _rebuild(tgt_recipe), filters=filters, dtype=np.dtype(dtype))
 
 
-def _worker_chunk(lines: tuple[list[str], list[str]]) -> Chunk:
+def _worker_chunk(job: TextChunk) -> Chunk:
     w = _WORKER
-    return encode_chunk(lines[0], lines[1], w["src"], w["tgt"], w["filters"], w["dtype"])
+    return encode_chunk(*decode_pairs(job), w["src"], w["tgt"], w["filters"], w["dtype"])
 
 
-def _chunks(pairs: Iterator[tuple[str, str]], size: int) -> Iterator[tuple[list[str], list[str]]]:
-    while True:
-        block = list(itertools.islice(pairs, size))
-        if not block:
-            return
-        yield [s for s, _ in block], [t for _, t in block]
+def decode_pairs(job: TextChunk) -> tuple[list[str], list[str]]:
+    """The source and target lines of a chunk of text, decoded and stripped (long lines cut,
+    with a warning naming file and line).
+
+    Raises:
+        DataError: invalid UTF-8 (file and line).
+    """
+    return ([s.strip() for s in decode_lines(job.src, job.src_path, first=job.first)],
+            [t.strip() for t in decode_lines(job.tgt, job.tgt_path, first=job.first)])
 
 
-def encode_stream(chunks: Iterator[tuple[list[str], list[str]]], src_tok, tgt_tok, filters: Filters,
-                  dtype: np.dtype, workers: int = 1) -> Iterator[tuple[Chunk, tuple[list[str], list[str]]]]:
-    """Encode chunks of pairs in order, in ``workers`` processes (1: in this process); yields
-    each :class:`Chunk` with its input. At most ``2 x workers`` chunks are in flight, so memory
-    stays bounded however long the stream (``Pool.imap`` would read the whole input ahead)."""
+def encode_stream(jobs: Iterator[TextChunk], src_tok, tgt_tok, filters: Filters, dtype: np.dtype,
+                  workers: int = 1) -> Iterator[tuple[Chunk, TextChunk]]:
+    """Decode and encode chunks of text in order, in ``workers`` processes (1: in this
+    process); yields each :class:`Chunk` with its text. The text travels to the workers as
+    bytes, whole lines, so this process does no work per line. At most ``2 x workers`` chunks
+    are in flight, so memory stays bounded however long the stream (``Pool.imap`` would read
+    the whole input ahead)."""
     if workers <= 1:
-        for lines in chunks:
-            yield encode_chunk(lines[0], lines[1], src_tok, tgt_tok, filters, dtype), lines
+        for job in jobs:
+            yield encode_chunk(*decode_pairs(job), src_tok, tgt_tok, filters, dtype), job
         return
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
     initargs = (_recipe(src_tok), _recipe(tgt_tok), src_tok is tgt_tok, filters, dtype.str)
     with context.Pool(workers, initializer=_init_worker, initargs=initargs) as pool:
         pending: collections.deque = collections.deque()
-        for lines in chunks:
-            pending.append((pool.apply_async(_worker_chunk, (lines,)), lines))
+        for job in jobs:
+            pending.append((pool.apply_async(_worker_chunk, (job,)), job))
             if len(pending) >= 2 * workers:
-                job, done = pending.popleft()
-                yield job.get(), done
+                result, done = pending.popleft()
+                yield result.get(), done
         while pending:
-            job, done = pending.popleft()
-            yield job.get(), done
+            result, done = pending.popleft()
+            yield result.get(), done
 
 
 # ---- the whole preparation -----------------------------------------------------------------------
@@ -469,21 +499,26 @@ def _drop_duplicates(chunk: Chunk, seen: HashSet64) -> int:
 def _write_training_split(staging: Path, corpora: list[Corpus], tokenizers, filters: Filters, dtype: np.dtype,
                           workers: int, shard_pairs: int, progress: bool) -> tuple[list[dict], list[dict], SplitStats]:
     writer, total, seen = shards.ShardWriter(staging, "train", dtype, shard_pairs), SplitStats(), HashSet64()
-    entries = []
-    bar = tqdm(unit=" pairs", unit_scale=True, dynamic_ncols=True, desc="prepare", disable=None if progress else True)
+    entries, t0, done = [], time.monotonic(), 0  # done: bytes of the corpora read whole
+    size = sum(p.stat().st_size for c in corpora for p in (c.src, c.tgt))
+    bar = tqdm(total=size, unit="B", unit_scale=True, dynamic_ncols=True, desc="prepare",
+               disable=None if progress else True)  # bytes of the input files read: its ETA
     with bar:
         for corpus in corpora:
-            stats, start = SplitStats(), total.pairs
-            chunks = _chunks(iter_pairs(corpus.src, corpus.tgt), CHUNK_PAIRS)
-            for chunk, lines in encode_stream(chunks, *tokenizers, filters, dtype, workers):
+            stats, start, readers = SplitStats(), total.pairs, (HashedReader(corpus.src), HashedReader(corpus.tgt))
+            jobs = pair_chunks(*readers, CHUNK_PAIRS)
+            for chunk, job in encode_stream(jobs, *tokenizers, filters, dtype, workers):
                 duplicates = _drop_duplicates(chunk, seen) if filters.dedup else 0
                 writer.add(chunk.src, chunk.src_len, chunk.tgt, chunk.tgt_len)
-                stats.add(chunk, len(lines[0]), duplicates)
-                total.add(chunk, len(lines[0]), duplicates)
-                bar.update(len(lines[0]))
+                stats.add(chunk, job.lines, duplicates)
+                total.add(chunk, job.lines, duplicates)
+                bar.update(done + sum(r.read_bytes for r in readers) - bar.n)
+                bar.set_postfix_str(f"{total.lines:,} pairs, {total.lines / (time.monotonic() - t0):,.0f} pairs/s",
+                                    refresh=False)
+            done += sum(r.read_bytes for r in readers)
             entries.append({"name": corpus.name, "weight": corpus.weight, "start": start, "lines": stats.lines,
-                            "pairs": stats.pairs, "dropped": stats.dropped, "src": file_record(corpus.src),
-                            "tgt": file_record(corpus.tgt)})
+                            "pairs": stats.pairs, "dropped": stats.dropped, "src": readers[0].record(),
+                            "tgt": readers[1].record()})
             log.info("%s: %d of %d pairs kept; dropped %s", corpus.name, stats.pairs, stats.lines,
                      ", ".join(f"{n} {k}" for k, n in stats.dropped.items() if n) or "none")
     return writer.close(), entries, total
@@ -492,10 +527,11 @@ def _write_training_split(staging: Path, corpora: list[Corpus], tokenizers, filt
 def _write_validation_split(staging: Path, files: tuple[Path, Path], tokenizers, max_len: int, limit: int | None,
                             dtype: np.dtype) -> dict:
     writer, stats, refs = shards.ShardWriter(staging, "valid", dtype), SplitStats(), []
-    pairs = itertools.islice(iter_pairs(*files), limit)
-    for chunk, lines in encode_stream(_chunks(pairs, CHUNK_PAIRS), *tokenizers, Filters(max_len), dtype):
+    for job in pair_chunks(HashedReader(files[0]), HashedReader(files[1]), CHUNK_PAIRS, limit):
+        lines = decode_pairs(job)
+        chunk = encode_chunk(*lines, *tokenizers, Filters(max_len), dtype)
         writer.add(chunk.src, chunk.src_len, chunk.tgt, chunk.tgt_len)
-        stats.add(chunk, len(lines[0]), 0)
+        stats.add(chunk, job.lines, 0)
         refs.extend(lines[1][i] for i in chunk.kept)
     (staging / shards.VALID_REFS).write_text("".join(r + "\n" for r in refs), encoding="utf-8")
     if stats.dropped["too_long"]:
