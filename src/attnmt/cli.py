@@ -187,6 +187,29 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_distill(args: argparse.Namespace) -> int:
+    from attnmt.config import load_config
+    from attnmt.distill import distill, teacher_record
+
+    config = load_config(args.config, args.set + ([f"train.device={args.device}"] if args.device else []))
+    check_output_dir(args.output, "--output")
+    teacher = _with_stopping_rule(_engine_translator(args), args)
+    decode = teacher.config.decode.model_copy(update={k: v for k, v in (
+        ("beam_size", args.beam_size), ("length_penalty", args.length_penalty), ("batch_size", args.batch_size))
+        if v is not None})
+    teacher.config.decode = decode
+
+    def translate(lines: list[str]) -> list[str]:
+        return [_one_line(r.text) for r in teacher.translate(lines)]
+
+    record = teacher_record(args.model, args.engine, decode.model_dump(mode="json"))
+    result = distill(config, args.output, translate, record, mix_original=args.mix_original, data_dir=args.data_dir)
+    print(_json_line(result.__dict__))
+    if result.interrupted_by:
+        return 128 + signal.Signals[result.interrupted_by].value
+    return 0
+
+
 def cmd_prepare(args: argparse.Namespace) -> int:
     from attnmt.config import load_config
     from attnmt.data.prepare import prepare  # no PyTorch: preparing needs none, and its memory is the workers'
@@ -772,6 +795,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_prepare)
 
     _add_train_vectors_parser(sub)
+
+    p = sub.add_parser("distill", help="sequence-level knowledge distillation: translate a student configuration's "
+                       "training source with a teacher, then train the student on the translations")
+    p.add_argument("config", help="the student's YAML configuration (its model, training and data)")
+    p.add_argument("--teacher", dest="model", required=True,
+                   help="the teacher: a model directory (trained, fine-tuned or imported), or an 'attnmt export' "
+                        "directory with --engine ctranslate2/onnxruntime")
+    p.add_argument("--output", required=True, help="the student's run directory (distill/ holds the translations); "
+                   "run the same command again to resume")
+    p.add_argument("--beam-size", type=positive_int, help="the teacher's beam size (default: its config's)")
+    p.add_argument("--batch-size", type=positive_int, help="sentences per teacher batch (default: its config's)")
+    p.add_argument("--length-penalty", type=finite_float, help="the teacher's length penalty (default: its config's)")
+    p.add_argument("--mix-original", type=finite_float, default=0.0, metavar="W",
+                   help="also train on the original targets with weight W in data.train (default 0: distilled only)")
+    p.add_argument("--threads", type=positive_int, help="CPU threads of the teacher (default: PyTorch's)")
+    p.add_argument("--device", help="device of the teacher and the student (default: each config's)")
+    p.add_argument("--data-dir", help="directory holding the dataset (default: $ATTNMT_DATA)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key of the student's configuration, e.g. --set train.max_steps=2000")
+    p.set_defaults(weights=None, precision=None, attention=None)
+    _add_stopping_options(p)
+    _add_engine_options(p)
+    p.set_defaults(func=cmd_distill)
 
     p = sub.add_parser("translate", help="translate raw text, one sentence a line")
     _add_decode_options(p)
