@@ -1,7 +1,9 @@
 """`attnmt export web`: the exported static page, loaded in headless Chromium (playwright) from a
 local static server with and without the cross-origin isolation headers, must translate as the
-native search does, token for token; its JavaScript tokenizer must give Python SentencePiece's ids;
-and the JavaScript side's own tests (`node --test`) run here too.
+native search does, token for token, one sentence at a time and in batches; it must stay
+responsive while its worker translates; its decoder-step graph must gather its cache rows as the
+search asks; its JavaScript tokenizer must give Python SentencePiece's ids; and the JavaScript
+side's own tests (`node --test`) run here too.
 
 The page's assets are built by `npm ci && npm run build` in src/attnmt/web, which the package build
 runs (`pip install -e .` where npm is on PATH); the export copies them, as it does from a wheel.
@@ -19,6 +21,7 @@ import random
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -115,6 +118,11 @@ def _page_tokens(page, sentences: list[str], beam_size: int) -> list[list[int]]:
                          [sentences, beam_size])
 
 
+def _page_batch_tokens(page, sentences: list[str], beam_size: int, batch_size: int) -> list[list[int]]:
+    return page.evaluate("async ([xs, k, n]) => (await window.attnmt.translateBatch(xs, {beamSize: k, batchSize: n}))"
+                         ".map((r) => r.tokens)", [sentences, beam_size, batch_size])
+
+
 def _agreement(ours: list[list[int]], native) -> float:
     return sum(a == t.hypotheses[0].token_ids for a, t in zip(ours, native)) / len(native)
 
@@ -161,6 +169,8 @@ def test_page_equals_native_greedy_and_beam(browser, site, dictionary_model_dir,
         for beam in (1, 4):
             expected = native.translate(sentences, beam_size=beam)
             assert _agreement(_page_tokens(page, sentences, beam), expected) >= AGREEMENT
+            # searched 7 at a time (length-sorted, the last batch smaller), as native batches them
+            assert _agreement(_page_batch_tokens(page, sentences, beam, 7), expected) >= AGREEMENT
             assert page.evaluate("(x) => window.attnmt.translate(x, {beamSize: %d})" % beam,
                                  sentences[0]) == expected[0].text != ""
         assert page.evaluate("window.attnmt.translate('   ')") == ""
@@ -196,6 +206,80 @@ def test_page_shows_words_time_and_attention(browser, site, dictionary_model_dir
         page.close()
         server.close()
     assert (tmp_path / "web.png").stat().st_size > 10_000
+
+
+def test_page_stays_responsive_while_translating(browser, site, dictionary_model_dir):
+    """The search runs in a Web Worker: while the worker translates a batch of sentences that
+    takes seconds, a click on the translate button and typing in the source box are handled
+    before the batch ends (on the page's own thread, the search would hold both back until it
+    ended). The clicked translation runs after the batch and is then shown."""
+    sentences = _sentences(400, seed=3)
+    page, server = _open(browser, site, False)
+    try:
+        started = time.perf_counter()
+        _page_batch_tokens(page, sentences[:40], 8, 1)
+        n = min(len(sentences), max(40, int(40 * 4.0 / max(time.perf_counter() - started, 1e-3))))  # ~4 s
+        page.evaluate("""(xs) => {
+            window.handled = [];
+            for (const [id, kind] of [['translate', 'click'], ['source', 'input']])
+                document.getElementById(id).addEventListener(kind, () => handled.push([kind, performance.now()]));
+            window.batchEnded = null;
+            window.attnmt.translateBatch(xs, {beamSize: 8, batchSize: 1}).then(() => { batchEnded = performance.now(); });
+        }""", sentences[:n])
+        page.fill("#source", "")
+        page.locator("#source").press_sequentially("ein hund")
+        page.click("#translate")
+        handled, ended = page.evaluate("[window.handled, window.batchEnded]")
+        assert ended is None, "the page handled the click only after the translation"
+        assert [kind for kind, _ in handled][-1] == "click" and "input" in [kind for kind, _ in handled]
+        assert page.inner_text("#status").startswith("translating")  # the click's handler ran
+        page.wait_for_function("document.getElementById('translation').dataset.text !== undefined", timeout=120_000)
+        handled, ended = page.evaluate("[window.handled, window.batchEnded]")
+        assert ended is not None and max(t for _, t in handled) < ended
+        expected = Translator.from_dir(dictionary_model_dir).translate(["ein hund"], beam_size=4)[0].text
+        assert page.get_attribute("#translation", "data-text") == expected != ""
+    finally:
+        page.close()
+        server.close()
+
+
+def test_web_graph_gathers_the_rows_it_is_told(tiny_run, tmp_path):
+    """attnmt.interop.web_graph: the rewritten decoder step, given the previous step's caches
+    (P rows), the source once per sentence and the row indices, computes what the exported
+    graph computes on those rows gathered beforehand, bit for bit."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from attnmt.interop.onnx import export_onnx
+    from attnmt.interop.web_graph import gather_rows_in_graph
+
+    out = export_onnx(tiny_run, tmp_path / "onnx", attention=True)
+    shutil.copyfile(out / "decoder_step.onnx", tmp_path / "web_step.onnx")
+    gather_rows_in_graph(tmp_path / "web_step.onnx")
+    with pytest.raises(ValueError, match="already has"):
+        gather_rows_in_graph(tmp_path / "web_step.onnx")
+    with pytest.raises(ValueError, match="not a decoder-step graph"):
+        gather_rows_in_graph(out / "encoder.onnx")
+    encoder, plain, web = (ort.InferenceSession(str(p)) for p in (out / "encoder.onnx", out / "decoder_step.onnx",
+                                                                  tmp_path / "web_step.onnx"))
+    assert {i.name for i in web.get_inputs()} == {i.name for i in plain.get_inputs()} | {"parent", "sentence"}
+    src = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], dtype=np.int64)
+    src_kv = encoder.run(None, {"src": src})
+    layers = len(src_kv) // 2
+    _, heads, _, head_dim = src_kv[0].shape
+    rng = np.random.default_rng(0)
+    prev = [rng.standard_normal((3, heads, 2, head_dim)).astype(np.float32) for _ in range(2 * layers)]
+    parent, sentence = np.array([2, 0, 0, 1, 2]), np.array([0, 0, 1, 1, 1])
+    self_names = [f"self_{k}_{i}" for i in range(layers) for k in ("key", "value")]
+    src_names = [f"src_{k}_{i}" for i in range(layers) for k in ("key", "value")]
+    common = {"tokens": rng.integers(4, 30, (5, 1)), "position": np.array([2])}
+    expected = plain.run(None, {**common, "src_mask": (src != 0)[sentence],
+                                **{n: t[parent] for n, t in zip(self_names, prev)},
+                                **{n: t[sentence] for n, t in zip(src_names, src_kv)}})
+    got = web.run(None, {**common, "src_mask": src != 0, "parent": parent, "sentence": sentence,
+                         **dict(zip(self_names, prev)), **dict(zip(src_names, src_kv))})
+    assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected))
+    assert got[1].shape == (5, heads, 3, head_dim)
 
 
 def test_int8_export_is_smaller_and_translates(browser, site, dictionary_model_dir, tmp_path):

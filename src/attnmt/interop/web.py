@@ -10,7 +10,8 @@
     SITE_DIR/model/config.json            special ids, decoder start id, forbidden ids, length
                                           limits, length penalty, beam size, graph and tokenizer files
     SITE_DIR/model/encoder.onnx           the graphs of :mod:`attnmt.interop.onnx`, the decoder step
-    SITE_DIR/model/decoder_step.onnx      with its ``attention`` output (int8: dynamically quantized)
+    SITE_DIR/model/decoder_step.onnx      with its ``attention`` output and the row indices of
+                                          :mod:`attnmt.interop.web_graph` (int8: dynamically quantized)
     SITE_DIR/model/*.spm.model, spm.model the SentencePiece model(s)
     SITE_DIR/model/*pieces.json, vocab.json  the piece of every id (MarianMT: its shared vocabulary)
 
@@ -50,6 +51,7 @@ from attnmt.errors import AttnmtError, CheckpointError
 from attnmt.interop.extras import require
 from attnmt.interop import web_bundle
 from attnmt.interop.onnx import DECODER_STEP, ENCODER, export_onnx
+from attnmt.interop.web_graph import gather_rows_in_graph
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +152,7 @@ def export_web(model_dir: str | Path, output: str | Path, quantization: str | No
         model_out.mkdir(parents=True)
         tokenizer = _tokenizer_files(model_dir, src_tok, tgt_tok, model_out)
         export_onnx(model_dir, graphs, attention=True)
+        gather_rows_in_graph(graphs / DECODER_STEP)  # the page's reorder: an index input, no cache copy
         for name in (ENCODER, DECODER_STEP):
             if quantization == "int8":
                 _quantize_int8(graphs / name, model_out / name)

@@ -1,20 +1,59 @@
-// The exported page: ONNX Runtime Web's WebAssembly backend (SIMD; threads when the page is
-// cross-origin isolated, i.e. served with COOP/COEP headers; one thread otherwise), the model of
-// ./model/, and the DOM: a text box, a translate button, words appearing as they are decoded,
-// the time per sentence and the source attention of the chosen decoder layer as a heatmap
-// (drawn as attnmt serve's page draws it).
+// The exported page: a text box, a translate button, words appearing as they are decoded, the
+// time per sentence and the source attention of the chosen decoder layer as a heatmap (drawn as
+// attnmt serve's page draws it). The translator (ONNX Runtime Web's WebAssembly backend with SIMD,
+// the model of ./model/, the search) runs in a Web Worker (worker.js), so the page stays
+// responsive while it searches; it uses threads where the page is cross-origin isolated (served
+// with COOP/COEP headers), one thread otherwise.
 //
-// Scripts drive it without the DOM through
-//   window.attnmt = {ready: Promise<void>, translate(text, {beamSize}) -> Promise<string>, ...}.
-import * as ort from "onnxruntime-web/wasm";
-import { Translator } from "./translator.js";
+// This module is both the page's script and its worker's: `new Worker(import.meta.url)` loads it
+// again in a worker, where it serves the translator instead (one file to ship and to cache).
+//
+// Scripts drive the page without the DOM through window.attnmt = {ready: Promise<void>,
+// translate(text, {beamSize}) -> Promise<string>, translateFull, translateBatch, threads()}.
+import { serveTranslator } from "./worker.js";
 
+const inWorker = typeof document === "undefined";
 const here = new URL(".", import.meta.url).href;
-ort.env.wasm.wasmPaths = here;  // ort-wasm-simd-threaded.{mjs,wasm} lie beside this module
-ort.env.wasm.numThreads = globalThis.crossOriginIsolated ? Math.min(4, navigator.hardwareConcurrency || 1) : 1;
+const numThreads = globalThis.crossOriginIsolated ? Math.min(4, globalThis.navigator?.hardwareConcurrency || 1) : 1;
+
+/**
+ * The worker's client: `call(message)` posts a translate request and resolves with its results;
+ * `ready` resolves with the loaded model's {config, downloadBytes, threads}.
+ */
+function startWorker() {
+  const worker = new Worker(import.meta.url, { type: "module" });
+  const calls = new Map();  // request id -> {resolve, reject, onStep}
+  let nextId = 0, loaded, failed;
+  const ready = new Promise((resolve, reject) => { loaded = resolve; failed = reject; });
+  const failAll = (message) => {
+    failed(new Error(message));
+    calls.forEach((c) => c.reject(new Error(message)));
+    calls.clear();
+  };
+  worker.addEventListener("message", ({ data }) => {
+    if (data.type === "ready") return loaded(data);
+    if (data.type === "failed") return failAll(data.message);
+    const call = calls.get(data.id);
+    if (!call) return;
+    if (data.type === "step") {
+      call.onStep?.(data);
+    } else {
+      calls.delete(data.id);
+      if (data.type === "done") call.resolve(data.results);
+      else call.reject(new Error(data.message));
+    }
+  });
+  worker.addEventListener("error", (e) => failAll(`the translator's worker failed: ${e.message || "could not start"}`));
+  worker.postMessage({ type: "load", base: new URL("model/", here).href, numThreads });
+  const call = ({ onStep, ...request }) => new Promise((resolve, reject) => {
+    const id = nextId++;
+    calls.set(id, { resolve, reject, onStep });
+    worker.postMessage({ type: "translate", id, stream: Boolean(onStep), ...request });
+  });
+  return { ready, call };
+}
 
 const $ = (id) => document.getElementById(id);
-let translator = null;
 
 // A subword piece for display: SentencePiece marks a word start with U+2581 (as serve/page.html).
 function label(piece) { return piece === "</s>" ? "</s>" : piece.replace(/^\u2581/, "") || "\u2581"; }
@@ -62,12 +101,17 @@ function drawHeatmap(result) {
 }
 
 let last = null;
-let queue = Promise.resolve();  // one translation at a time: a session runs one step at a time
+let model = null;  // the worker's "ready" message: {config, downloadBytes, threads}
+let worker = null;
 
-function translate(text, { beamSize, onStep } = {}) {
-  const result = queue.then(() => ready).then(() => translator.translate(text, { beamSize, onStep }));
-  queue = result.catch(() => {});
-  return result;
+/** The worker's results for `texts` (ready first). */
+async function translateTexts(texts, { beamSize, batchSize, onStep } = {}) {
+  await worker.ready;
+  return worker.call({ texts, beamSize, batchSize, onStep });
+}
+
+async function translate(text, { beamSize, onStep } = {}) {
+  return (await translateTexts([text], { beamSize, onStep }))[0];
 }
 
 async function translateFromPage() {
@@ -83,7 +127,7 @@ async function translateFromPage() {
     $("translation").dataset.text = result.text;
     drawHeatmap(result);
     status.textContent = `translated in ${Math.round(result.ms)} ms (${beamSize === 1 ? "greedy" : `beam ${beamSize}`}, `
-      + `${ort.env.wasm.numThreads} thread${ort.env.wasm.numThreads > 1 ? "s" : ""})`;
+      + `${threadsText()})`;
   } catch (e) {
     status.className = "error";
     status.textContent = `error: ${e.message}`;
@@ -92,32 +136,44 @@ async function translateFromPage() {
   }
 }
 
-const ready = (async () => {
-  translator = await Translator.load(ort, new URL("model/", here).href);
-  const m = translator.config;
-  const select = $("layer");
-  for (let l = 0; l < m.model.num_decoder_layers; l++) select.add(new Option(`decoder layer ${l}`, String(l)));
-  select.value = String(Math.min(m.attention_layer, m.model.num_decoder_layers - 1));
-  $("beam-size").value = m.decode.beam_size;
-  const pair = m.src_lang ? `${m.src_lang} \u2192 ${m.tgt_lang} \u00b7 ` : "";
-  $("model-info").textContent = `${pair}${m.model.num_encoder_layers}+${m.model.num_decoder_layers} layers, d_model `
-    + `${m.model.d_model}, ${m.quantization} \u00b7 ${(translator.downloadBytes / 2 ** 20).toFixed(1)} MiB`;
-  $("translate").disabled = false;
-  $("status").textContent = `ready (WebAssembly, ${ort.env.wasm.numThreads} thread${ort.env.wasm.numThreads > 1 ? "s" : ""})`;
-})();
-ready.catch((e) => { $("status").className = "error"; $("status").textContent = `error: ${e.message}`; });
+function threadsText() {
+  const n = model ? model.threads : numThreads;
+  return `${n} thread${n > 1 ? "s" : ""}`;
+}
 
-$("translate").addEventListener("click", translateFromPage);
-$("source").addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) translateFromPage(); });
-$("layer").addEventListener("change", () => drawHeatmap(last));
+function startPage() {
+  worker = startWorker();
+  const ready = worker.ready.then((loaded) => {
+    model = loaded;
+    const m = model.config;
+    const select = $("layer");
+    for (let l = 0; l < m.model.num_decoder_layers; l++) select.add(new Option(`decoder layer ${l}`, String(l)));
+    select.value = String(Math.min(m.attention_layer, m.model.num_decoder_layers - 1));
+    $("beam-size").value = m.decode.beam_size;
+    const pair = m.src_lang ? `${m.src_lang} \u2192 ${m.tgt_lang} \u00b7 ` : "";
+    $("model-info").textContent = `${pair}${m.model.num_encoder_layers}+${m.model.num_decoder_layers} layers, d_model `
+      + `${m.model.d_model}, ${m.quantization} \u00b7 ${(model.downloadBytes / 2 ** 20).toFixed(1)} MiB`;
+    $("translate").disabled = false;
+    $("status").textContent = `ready (WebAssembly in a worker, ${threadsText()})`;
+  });
+  ready.catch((e) => { $("status").className = "error"; $("status").textContent = `error: ${e.message}`; });
 
-window.attnmt = {
-  ready,
-  /** Translate `text`; beamSize 1 is greedy search (default: the model's decode.beam_size). */
-  translate: async (text, { beamSize } = {}) => (await translate(text, { beamSize })).text,
-  /** The whole result: text, token ids, pieces, source pieces, attention, score, ms. */
-  translateFull: translate,
-  threads: () => ort.env.wasm.numThreads,
-  /** The loaded Translator (translator.js), once ready. */
-  translator: () => translator,
-};
+  $("translate").addEventListener("click", translateFromPage);
+  $("source").addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) translateFromPage(); });
+  $("layer").addEventListener("change", () => drawHeatmap(last));
+
+  window.attnmt = {
+    ready: ready.then(() => undefined),
+    /** Translate `text`; beamSize 1 is greedy search (default: the model's decode.beam_size). */
+    translate: async (text, { beamSize } = {}) => (await translate(text, { beamSize })).text,
+    /** The whole result: text, token ids, pieces, source pieces, attention, score, ms. */
+    translateFull: (text, { beamSize } = {}) => translate(text, { beamSize }),
+    /** Whole results for many texts, searched `batchSize` sentences at a time (default 32). */
+    translateBatch: (texts, { beamSize, batchSize } = {}) => translateTexts(texts, { beamSize, batchSize }),
+    /** ONNX Runtime Web's threads: 1 unless the page is cross-origin isolated. */
+    threads: () => (model ? model.threads : numThreads),
+  };
+}
+
+if (inWorker) serveTranslator(globalThis);
+else startPage();

@@ -1,44 +1,138 @@
-// Raw text in, raw text out in the browser: attnmt's tokenization, the ONNX encoder and
-// decoder-step graphs (attnmt.interop.onnx) run by ONNX Runtime Web, and the search of search.js.
+// Raw text in, raw text out: attnmt's tokenization, the ONNX encoder and decoder-step graphs
+// (attnmt.interop.onnx, the decoder step rewritten by attnmt.interop.web_graph) run by ONNX
+// Runtime Web, and the search of search.js. The page runs it in a Web Worker (worker.js).
 //
 // The model folder (written by `attnmt export web`) holds config.json, encoder.onnx,
 // decoder_step.onnx, the SentencePiece model(s) and the pieces of every id.
 //
-// Graph inputs and outputs (attnmt.interop.onnx): encoder: src (B, S) int64 -> src_key_l,
-// src_value_l (B, H, S, Dh). decoder_step: tokens (B, 1) int64, position (1,) int64, src_mask
-// (B, S) bool, self_key_l / self_value_l (B, H, t, Dh), src_key_l / src_value_l -> log_probs
-// (B, V), new_self_key_l / new_self_value_l (B, H, t + 1, Dh), attention (B, L, S) (the source
-// attention of every decoder layer, averaged over heads).
+// Graph inputs and outputs: encoder: src (N, S) int64 (PAD-padded) -> src_key_l, src_value_l
+// (N, H, S, Dh) float32. decoder_step: tokens (B, 1) int64, position (1,) int64, src_mask (N, S)
+// bool, src_key_l / src_value_l (N, H, S, Dh) once per sentence, self_key_l / self_value_l
+// (P, H, t, Dh) the previous step's caches as they came out, parent (B,) int64 (the previous row
+// each row extends) and sentence (B,) int64 (each row's sentence) -> log_probs (B, V) float32,
+// new_self_key_l / new_self_value_l (B, H, t + 1, Dh), attention (B, L, S) (the source attention
+// of every decoder layer, averaged over heads). The graph gathers the cache and source rows itself
+// (attnmt.interop.web_graph), so a reorder here is an index, never a copy of the caches.
 import { beamSearch, greedySearch, maxOutputLength } from "./search.js";
-import { EOS_ID, Tokenizer } from "./tokenizer.js";
+import { EOS_ID, PAD_ID, Tokenizer } from "./tokenizer.js";
 
-/** The decoder-step session with its key/value cache, one row per hypothesis (search.js's decoder). */
-class OnnxDecoder {
-  constructor(ort, session, config, srcKV, srcLen, rows) {
+/** Rows `rows` of a (R, ...) array with R rows: (rows.length, ...), a copy. */
+function gatherRows(data, rows, R) {
+  const size = data.length / R, out = new Float32Array(rows.length * size);
+  rows.forEach((r, i) => out.set(data.subarray(r * size, (r + 1) * size), i * size));
+  return out;
+}
+
+/** Sentences searched together by translateBatch (its default). */
+export const BATCH_SIZE = 32;
+
+const int64 = (ort, values, dims) => new ort.Tensor("int64", BigInt64Array.from(values, (v) => BigInt(v)), dims);
+
+/**
+ * The decoder-step session for N sentences searched together, one search.js search each, in
+ * lockstep: every live search asks for one step (`view(i).step`), and once all have asked (or
+ * finished: `leave(i)`), one session run computes the rows of all of them, sentence by sentence.
+ * The key/value caches stay the ONNX Runtime tensors the previous run returned; a search's
+ * `reorder(rows)` only records rows, which the next run's `parent` index applies inside the graph.
+ */
+export class BatchDecoder {
+  /**
+   * @param srcKV the encoder's 2L outputs (N, H, S, Dh), layer by layer (key, value)
+   * @param {Uint8Array} srcMask (N, S) 1 on real source tokens
+   */
+  constructor(ort, session, numLayers, srcKV, srcMask) {
     this.ort = ort;
     this.session = session;
-    this.numLayers = config.num_decoder_layers;
-    const [, heads, , headDim] = srcKV[0].dims;
+    this.numLayers = numLayers;
+    const [N, heads, S, headDim] = srcKV[0].dims;
     this.heads = heads;
     this.headDim = headDim;
-    this.rows = rows;
+    this.srcKV = srcKV;
+    this.srcMask = new ort.Tensor("bool", srcMask, [N, S]);
+    this.live = new Set(Array.from({ length: N }, (_, i) => i));
+    this.pending = new Map();  // sentence -> {tokens, resolve, reject}: its request for the next step
+    this.reorders = new Map();  // sentence -> the rows of its previous step it keeps, in order
+    this.offsets = new Map();  // sentence -> [first row, row count] in the previous step's output
+    this.selfKV = null;  // the previous step's new_self_key_l / new_self_value_l, (P, H, t, Dh)
     this.position = 0;
-    // The source keys and values repeated for the rows, and an all-true mask: one sentence, no padding.
-    this.srcKV = srcKV.map((t) => (rows === 1 ? t : new ort.Tensor("float32", repeatRows(t.data, rows), [rows, ...t.dims.slice(1)])));
-    this.srcMask = new ort.Tensor("bool", new Uint8Array(rows * srcLen).fill(1), [rows, srcLen]);
-    const empty = new ort.Tensor("float32", new Float32Array(0), [rows, heads, 0, headDim]);
-    this.selfKV = new Array(2 * this.numLayers).fill(empty);
   }
 
-  async step(tokens) {
-    const ort = this.ort, feeds = {
-      tokens: new ort.Tensor("int64", BigInt64Array.from(tokens, (t) => BigInt(t)), [tokens.length, 1]),
-      position: new ort.Tensor("int64", BigInt64Array.of(BigInt(this.position)), [1]),
-      src_mask: this.srcMask,
+  /**
+   * Speed switch: true, the graph gathers the kept cache rows itself (the `parent` input), and the
+   * caches go back in as they came out; false, the plain way: every layer's kept rows are copied
+   * here before the run, and `parent` is the identity.
+   */
+  static reorderInGraph = true;
+
+  /** The decoder interface of search.js for sentence `i`. */
+  view(i) {
+    return {
+      step: (tokens) => new Promise((resolve, reject) => {
+        this.pending.set(i, { tokens, resolve, reject });
+        this.runWhenReady();
+      }),
+      reorder: (rows) => {
+        const before = this.reorders.get(i);  // two reorders between steps compose
+        this.reorders.set(i, before ? rows.map((r) => before[r]) : rows);
+      },
     };
+  }
+
+  /**
+   * Run `search(decoder, i)` (a search.js search over `decoder`) for every sentence i, together.
+   * @returns {Promise<any[]>} each search's result, by sentence
+   */
+  searchEach(search) {
+    return Promise.all([...this.live].map(async (i) => {
+      try {
+        return await search(this.view(i), i);
+      } finally {
+        this.leave(i);
+      }
+    }));
+  }
+
+  /** Sentence `i`'s search has ended: it takes no more rows. */
+  leave(i) {
+    this.live.delete(i);
+    this.pending.delete(i);
+    this.runWhenReady();
+  }
+
+  runWhenReady() {
+    if (this.pending.size === 0 || this.pending.size < this.live.size) return;
+    const requests = [...this.pending].sort((a, b) => a[0] - b[0]);
+    this.pending = new Map();
+    this.run(requests).catch((e) => requests.forEach(([, r]) => r.reject(e)));
+  }
+
+  async run(requests) {
+    const ort = this.ort, tokens = [], parent = [], sentence = [], offsets = new Map();
+    for (const [i, { tokens: t }] of requests) {
+      const kept = this.reorders.get(i) ?? t.map((_, r) => r);
+      const [first, count] = this.offsets.get(i) ?? [tokens.length, t.length];  // step 0: the rows as asked
+      if (kept.length !== t.length || kept.some((r) => r >= count)) {
+        throw new Error(`sentence ${i}: ${t.length} tokens for ${kept.length} kept rows of ${count}`);
+      }
+      offsets.set(i, [tokens.length, t.length]);
+      tokens.push(...t);
+      parent.push(...kept.map((r) => first + r));
+      sentence.push(...t.map(() => i));
+    }
+    const B = tokens.length;
+    if (!BatchDecoder.reorderInGraph && this.selfKV) {  // the plain way: copy the kept rows of every layer here
+      this.selfKV = this.selfKV.map((t) => new ort.Tensor("float32", gatherRows(t.data, parent, t.dims[0]),
+                                                           [B, ...t.dims.slice(1)]));
+      parent.forEach((_, b) => { parent[b] = b; });
+    }
+    const feeds = {
+      tokens: int64(ort, tokens, [B, 1]), position: int64(ort, [this.position], [1]), src_mask: this.srcMask,
+      parent: int64(ort, parent, [B]), sentence: int64(ort, sentence, [B]),
+    };
+    const empty = this.selfKV ? null : new ort.Tensor("float32", new Float32Array(0), [B, this.heads, 0, this.headDim]);
     for (let l = 0; l < this.numLayers; l++) {
-      feeds[`self_key_${l}`] = this.selfKV[2 * l];
-      feeds[`self_value_${l}`] = this.selfKV[2 * l + 1];
+      feeds[`self_key_${l}`] = this.selfKV ? this.selfKV[2 * l] : empty;
+      feeds[`self_value_${l}`] = this.selfKV ? this.selfKV[2 * l + 1] : empty;
       feeds[`src_key_${l}`] = this.srcKV[2 * l];
       feeds[`src_value_${l}`] = this.srcKV[2 * l + 1];
     }
@@ -46,26 +140,16 @@ class OnnxDecoder {
     this.selfKV = [];
     for (let l = 0; l < this.numLayers; l++) this.selfKV.push(out[`new_self_key_${l}`], out[`new_self_value_${l}`]);
     this.position += 1;
-    return { logProbs: out.log_probs.data, attention: out.attention ? out.attention.data : null };
+    this.offsets = offsets;
+    this.reorders = new Map();
+    const logProbs = out.log_probs.data, V = logProbs.length / B;
+    const attention = out.attention ? out.attention.data : null, A = attention ? attention.length / B : 0;
+    for (const [i, request] of requests) {
+      const [first, count] = offsets.get(i);
+      request.resolve({ logProbs: logProbs.subarray(first * V, (first + count) * V),
+                        attention: attention ? attention.subarray(first * A, (first + count) * A) : null });
+    }
   }
-
-  reorder(rows) {
-    this.selfKV = this.selfKV.map((t) => new this.ort.Tensor("float32", gatherRows(t.data, rows, this.rows), t.dims));
-  }
-}
-
-/** A (R, ...) array's rows 0..R-1 each repeated `n` times in place: (R*n, ...) (R = 1 here). */
-function repeatRows(data, n) {
-  const out = new Float32Array(data.length * n);
-  for (let i = 0; i < n; i++) out.set(data, i * data.length);
-  return out;
-}
-
-/** Rows `rows` of a (R, ...) array with R rows. */
-function gatherRows(data, rows, R) {
-  const size = data.length / R, out = new Float32Array(data.length);
-  rows.forEach((r, i) => out.set(data.subarray(r * size, (r + 1) * size), i * size));
-  return out;
 }
 
 async function fetchBytes(url) {
@@ -121,38 +205,69 @@ export class Translator {
    * Translate one sentence.
    * @param {string} text raw text ('' or blanks translate to '')
    * @param {{beamSize?: number, onStep?: (partial: {text: string, pieces: string[]}) => void}} opts
-   *   beamSize 1 is greedy search; default the model's decode.beam_size
+   *   beamSize 1 is greedy search; default the model's decode.beam_size; onStep gets the words so
+   *   far after every step (with beam search, the best open hypothesis)
    * @returns {Promise<{text: string, tokens: number[], pieces: string[], srcPieces: string[],
    *   attention: Float32Array[], score: number, ms: number}>} attention: per output token, the
    *   (L, S) source attention of every decoder layer (head average), flattened
    */
   async translate(text, { beamSize, onStep } = {}) {
-    const started = performance.now();
-    const dc = this.config.decode, K = beamSize ?? dc.beam_size;
-    if (!text.trim()) return { text: "", tokens: [], pieces: [], srcPieces: [], attention: [], score: 0, ms: 0 };
-    const src = this.encodeSource(text);
-    const srcTensor = new this.ort.Tensor("int64", BigInt64Array.from(src, (t) => BigInt(t)), [1, src.length]);
-    const encoded = await this.encoder.run({ src: srcTensor });
-    const srcKV = [];
-    for (let l = 0; l < this.config.model.num_decoder_layers; l++) srcKV.push(encoded[`src_key_${l}`], encoded[`src_value_${l}`]);
-    const decoder = new OnnxDecoder(this.ort, this.decoder, this.config.model, srcKV, src.length, K);
-    const limit = maxOutputLength(src.length, dc.max_len_a, dc.max_len_b, this.config.model.max_positions - 1);
-    const report = onStep ? (ids) => onStep({ text: this.tgtTokenizer.decode(ids), pieces: this.tgtTokenizer.pieces(ids) }) : undefined;
-    const common = { startId: this.config.model.decoder_start_id, eosId: EOS_ID, limit, onStep: report };
-    let hyp;
-    if (K === 1) {
-      hyp = await greedySearch(decoder, common);
-    } else {
-      const average = dc.length_penalty_type === "average";  // log P / |Y|: alpha 1, k 0
-      hyp = await beamSearch(decoder, { ...common, beamSize: K, alpha: average ? 1.0 : dc.length_penalty,
-                                        k: average ? 0.0 : dc.length_penalty_k });
+    return (await this.translateBatch([text], { beamSize, onStep }))[0];
+  }
+
+  /**
+   * Translate sentences, `batchSize` at a time searched together (one session run per step for
+   * all their hypotheses; sentences sorted by length first, as attnmt.search.batched does). Each
+   * sentence's search is translate()'s, so the results do not depend on the batch.
+   * @param {string[]} texts raw texts
+   * @param {{beamSize?: number, batchSize?: number, onStep?: Function}} opts batchSize default
+   *   BATCH_SIZE; onStep (translate()'s) only for a single sentence
+   * @returns {Promise<object[]>} translate()'s result per text, in order; ms is the batch's time
+   */
+  async translateBatch(texts, { beamSize, batchSize = BATCH_SIZE, onStep } = {}) {
+    const sources = texts.map((text) => (text.trim() ? this.encodeSource(text) : null));
+    const order = sources.map((_, i) => i).filter((i) => sources[i] !== null)
+      .sort((a, b) => sources[a].length - sources[b].length || a - b);  // stable: equal lengths keep their order
+    const results = texts.map(() => ({ text: "", tokens: [], pieces: [], srcPieces: [], attention: [], score: 0, ms: 0 }));
+    for (let start = 0; start < order.length; start += batchSize) {
+      const chunk = order.slice(start, start + batchSize);
+      const started = performance.now();
+      const hyps = await this.searchBatch(chunk.map((i) => sources[i]), beamSize, texts.length === 1 ? onStep : undefined);
+      const ms = performance.now() - started;
+      chunk.forEach((i, j) => { results[i] = this.result(sources[i], hyps[j], ms); });
     }
+    return results;
+  }
+
+  /** The best hypothesis of each source (ids ending with EOS), all searched together. */
+  async searchBatch(sources, beamSize, onStep) {
+    const dc = this.config.decode, K = beamSize ?? dc.beam_size, N = sources.length;
+    const S = Math.max(...sources.map((s) => s.length));
+    const src = new BigInt64Array(N * S).fill(BigInt(PAD_ID)), mask = new Uint8Array(N * S);
+    sources.forEach((s, i) => s.forEach((t, j) => { src[i * S + j] = BigInt(t); mask[i * S + j] = 1; }));
+    const encoded = await this.encoder.run({ src: new this.ort.Tensor("int64", src, [N, S]) });
+    const L = this.config.model.num_decoder_layers, srcKV = [];
+    for (let l = 0; l < L; l++) srcKV.push(encoded[`src_key_${l}`], encoded[`src_value_${l}`]);
+    const decoder = new BatchDecoder(this.ort, this.decoder, L, srcKV, mask);
+    const report = onStep ? (ids) => onStep({ text: this.tgtTokenizer.decode(ids), pieces: this.tgtTokenizer.pieces(ids) }) : undefined;
+    const average = dc.length_penalty_type === "average";  // log P / |Y|: alpha 1, k 0
+    return decoder.searchEach((view, i) => {
+      const limit = maxOutputLength(sources[i].length, dc.max_len_a, dc.max_len_b, this.config.model.max_positions - 1);
+      const common = { startId: this.config.model.decoder_start_id, eosId: EOS_ID, limit, onStep: report };
+      return K === 1 ? greedySearch(view, common)
+        : beamSearch(view, { ...common, beamSize: K, alpha: average ? 1.0 : dc.length_penalty,
+                             k: average ? 0.0 : dc.length_penalty_k });
+    });
+  }
+
+  /** translate()'s result for a source (ids + EOS) and its best hypothesis. */
+  result(src, hyp, ms) {
     const body = hyp.tokens.at(-1) === EOS_ID ? hyp.tokens.slice(0, -1) : hyp.tokens;
     return {
       text: this.tgtTokenizer.decode(body), tokens: hyp.tokens,
       pieces: [...this.tgtTokenizer.pieces(body), ...(body.length < hyp.tokens.length ? ["</s>"] : [])],
       srcPieces: [...this.srcTokenizer.pieces(src.slice(0, -1)), "</s>"],
-      attention: hyp.attention, score: hyp.score, ms: performance.now() - started,
+      attention: hyp.attention, score: hyp.score, ms,
     };
   }
 }
