@@ -77,15 +77,17 @@ def plan_process(directory: str, rank: int, world: int) -> dict:
     del buckets
     return {"rank": rank, "world": world, "pairs": len(corpus), "open_s": round(opened, 2),
             "open_peak_mib": round(opened_mib), "plan_s": round(time.monotonic() - t0, 2),
-            "plan_peak_mib": round(_peak_mib()), "batches": share.total, "share_mib": round(share.indices.nbytes / 2**20)}
+            "plan_peak_mib": round(_peak_mib()), "batches": share.total,
+            "share_mib": round(share.indices.nbytes / 2**20)}
 
 
 def multi30k_lengths(data_dir: Path, work: Path) -> tuple[Path, np.ndarray]:
     """Multi30k de-en train prepared with the preset (once): its directory and (pairs, 2) lengths."""
     prepared = work / "multi30k"
     if not (prepared / "manifest.json").is_file():
-        subprocess.run([sys.executable, "-m", "attnmt", "-q", "prepare", str(REPO / "configs" / "multi30k_de_en.yaml"),
-                        "--output", str(prepared), "--data-dir", str(data_dir)], check=True, cwd=REPO)
+        preset = REPO / "configs" / "multi30k_de_en.yaml"
+        subprocess.run([sys.executable, "-m", "attnmt", "-q", "prepare", str(preset), "--output", str(prepared),
+                        "--data-dir", str(data_dir)], check=True, cwd=REPO)
     manifest = json.loads((prepared / "manifest.json").read_text())
     lengths = np.concatenate([np.load(prepared / f"{s['name']}.len.npy") for s in manifest["train"]["shards"]])
     return prepared, lengths
@@ -162,7 +164,7 @@ def measure_size(args, pairs: int, lengths: np.ndarray, source: Path, env: dict)
 
 def table(rows: list[dict]) -> str:
     lines = ["| pairs | disk MB (apparent) | what | open s | open peak MiB | plan s | plan peak MiB | "
-             "first update s | wall s | peak RSS MiB |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "first update s | wall s | peak RSS MiB |", "|" + " --- |" * 10]
     for r in rows:
         size = f"{r['pairs']:,} | {r['disk_mb']} ({r['apparent_mb']})"
         for name in ("plan", "plan2"):

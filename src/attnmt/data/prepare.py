@@ -249,7 +249,8 @@ def sample_lines(corpora: list[Corpus], capacity: int, seed: int) -> tuple[list[
             counts[side].append(reservoir.seen - seen)
         samples.append(reservoir.lines())
         if reservoir.seen > capacity:
-            log.info("tokenizer sample: %d of %d %s lines", len(reservoir.slots), reservoir.seen, ("source", "target")[side])
+            log.info("tokenizer sample: %d of %d %s lines", len(reservoir.slots), reservoir.seen,
+                     ("source", "target")[side])
     for corpus, n_src, n_tgt in zip(corpora, *counts):
         if n_src != n_tgt:
             raise DataError(f"{corpus.src} has {n_src} lines but {corpus.tgt} has {n_tgt}: parallel files must be "
@@ -628,7 +629,8 @@ def changed_inputs(config: Config, manifest: dict, data_dir: str | None = None) 
     filters = {"max_len": d.max_len, **d.filter.model_dump(mode="json"), "valid_max_sentences": d.valid_max_sentences}
     for key, value in filters.items():
         if manifest["filters"].get(key) != value:
-            return f"data.{'filter.' * (key in type(d.filter).model_fields)}{key} {manifest['filters'].get(key)} -> {value}"
+            section = "filter." * (key in type(d.filter).model_fields)
+            return f"data.{section}{key} {manifest['filters'].get(key)} -> {value}"
     for corpus, entry in zip(corpora, prepared):
         if corpus.weight != entry["weight"]:
             return f"{corpus.name} weight {entry['weight']} -> {corpus.weight}"
