@@ -108,3 +108,63 @@ def test_no_type_checks_of_engines_in_decode():
     decode = Path(translator_module.__file__).parent
     for path in decode.glob("*.py"):
         assert not re.search(r"isinstance\([^)]*(NativeEngine|CTranslate2Engine|OnnxEngine)", path.read_text()), path
+
+
+def test_onnx_source_side_is_bound_once_per_set_of_sentences(engines, monkeypatch):
+    """The source keys and values become ONNX Runtime values when a batch starts and each time
+    sentences leave it, never at the other steps (no per-step copy of the source side)."""
+    import onnxruntime as ort
+
+    from attnmt.interop.onnx import OnnxCache
+
+    model = engines["onnxruntime"][0].engine.model
+    events = []  # "value" (an OrtValue made), "step", "move" (sentences left)
+    from_numpy, step, reorder = ort.OrtValue.ortvalue_from_numpy, model.decode_step, OnnxCache.reorder
+    monkeypatch.setattr(ort.OrtValue, "ortvalue_from_numpy",
+                        staticmethod(lambda *a: events.append("value") or from_numpy(*a)))
+    monkeypatch.setattr(model, "decode_step", lambda *a: events.append("step") or step(*a))
+    monkeypatch.setattr(OnnxCache, "reorder", lambda self, rows, sources=None: (
+        events.append("move" if sources is not None else "keep"), reorder(self, rows, sources))[1])
+    engines["onnxruntime"][0].translate(["alpha bravo", "charlie delta echo foxtrot golf hotel", "india"],
+                                        beam_size=3, batch_size=3)
+    per_set = 1 + 2 * model.num_layers  # src_mask and each layer's keys and values
+    moves = [i for i, e in enumerate(events) if e == "move" and "step" in events[i:]]  # followed by a step
+    assert events.count("value") == per_set * (1 + len(moves))
+    assert events.count("step") > 1 + len(moves)  # most steps made no value
+
+
+def test_onnx_step_graph_takes_the_source_once_per_sentence(tiny_run, tmp_path):
+    """The decoder step of an export with attention (the web page's) gives the same log-probabilities,
+    caches and attention whether a sentence's source rows come once for its K hypotheses or once
+    per hypothesis, and its attention is the native model's."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+
+    from attnmt.data.batching import pad_sequences
+    from attnmt.interop.onnx import DECODER_STEP, ENCODER, export_onnx
+
+    out = export_onnx(tiny_run, tmp_path / "onnx", attention=True)
+    encoder, decoder = (ort.InferenceSession(str(out / name)) for name in (ENCODER, DECODER_STEP))
+    native = open_translator(tiny_run, "native", "cpu")
+    sources = native.encode_sources(["alpha bravo charlie", "delta"])
+    src = pad_sequences(sources).numpy()  # (2, S), the second padded
+    kv = encoder.run(None, {"src": src})
+    layers, beams = native.config.model.num_decoder_layers, 3
+    heads, head_dim = kv[0].shape[1], kv[0].shape[3]
+    start = native.config.model.decoder_start_id
+    tokens = np.full((2 * beams, 1), start, dtype=np.int64)
+    empty = [np.zeros((2 * beams, heads, 0, head_dim), np.float32)] * (2 * layers)
+    names = [i.name for i in decoder.get_inputs()]
+    once = decoder.run(None, dict(zip(names, [tokens, np.array([0]), src != 0, *empty, *kv])))
+    each = decoder.run(None, dict(zip(names, [tokens, np.array([0]), np.repeat(src != 0, beams, 0), *empty,
+                                              *[np.repeat(a, beams, 0) for a in kv]])))
+    for a, b in zip(once, each):
+        assert a.shape == b.shape and np.allclose(a, b, atol=1e-5)
+    attention = once[-1]  # (2K, L, S)
+    for i, ids in enumerate(sources):
+        want = native.attention(ids, [3])["source"][:, :, 0].mean(dim=1)  # (L, S), the first step's
+        for k in range(beams):
+            got = torch.from_numpy(attention[i * beams + k, :, :len(ids)])
+            assert torch.allclose(got, want, atol=1e-5)
+            assert float(attention[i * beams + k, :, len(ids):].sum()) == 0.0  # padding gets nothing

@@ -6,24 +6,30 @@ Two graphs, exported with ``torch.onnx.export`` (the TorchScript-based exporter,
 - ``encoder.onnx``: src (B, S) int64 -> for every decoder layer l the source attention's keys
   and values ``src_key_l``, ``src_value_l`` (B, H, S, Dh) float32, computed once per sentence.
 - ``decoder_step.onnx``: one step of incremental decoding. Inputs: ``tokens`` (B, 1) int64, the
-  newest token of each prefix; ``position`` (1,) int64, its position; ``src_mask`` (B, S) bool,
+  newest token of each prefix; ``position`` (1,) int64, its position; ``src_mask`` (N, S) bool,
   True on real source tokens; per layer the self-attention cache ``self_key_l``,
   ``self_value_l`` (B, H, t, Dh) (t = 0 at the first step) and the source keys and values
-  ``src_key_l``, ``src_value_l`` (B, H, S, Dh). Outputs: ``log_probs`` (B, V) float32 (with the
-  ``forbidden_ids`` at -inf) and the grown caches ``new_self_key_l``, ``new_self_value_l``
-  (B, H, t + 1, Dh); with ``attention=True`` (the web export) also ``attention`` (B, L, S)
-  float32, each decoder layer's source attention of the new token averaged over heads.
+  ``src_key_l``, ``src_value_l`` (N, H, S, Dh). The source side has one row per sentence: the
+  B = N x K rows of a step are N sentences' K hypotheses each (K = 1 in greedy search, or when
+  the source rows are given once per hypothesis), consecutive, and a sentence's K rows attend to
+  its one source row together (``attnmt.model.attention.MultiHeadAttention``). Outputs:
+  ``log_probs`` (B, V) float32 (with the ``forbidden_ids`` at -inf) and the grown caches
+  ``new_self_key_l``, ``new_self_value_l`` (B, H, t + 1, Dh); with ``attention=True`` (the web
+  export) also ``attention`` (B, L, S) float32, each decoder layer's source attention of the new
+  token averaged over heads.
 
-The graphs hold the same modules as the PyTorch model (they are traced from it), one row per
-hypothesis. :class:`OnnxTransformer` gives the two sessions the interface that ``attnmt.search``
-drives (``encode``, ``init_cache``, ``decode_step``, a cache with ``reorder``), so that
-:class:`OnnxEngine` runs attnmt's own search over them, keeping the source side once per
-sentence and repeating it for the beams at each step. The export directory also receives
-config.yaml and the SentencePiece models (and vocab.json), so ``attnmt translate --engine
-onnxruntime --model ONNX_DIR`` needs nothing else.
+The graphs hold the same modules as the PyTorch model (they are traced from it, at 2 sentences x
+2 hypotheses, so that both the sentence and the hypothesis axes stay dynamic).
+:class:`OnnxTransformer` gives the two sessions the step-model interface that ``attnmt.search``
+drives (``attnmt.search.step_model``: ``encode``, ``init_cache``, ``decode_step``, a cache with
+``reorder``), so that :class:`OnnxEngine` runs attnmt's own search over them. The source keys
+and values stay in ONNX Runtime values made once per set of sentences and bound to every step
+(IOBinding): no step copies or repeats the source side; it moves only when sentences finish.
+The export directory also receives config.yaml and the SentencePiece models (and vocab.json),
+so ``attnmt translate --engine onnxruntime --model ONNX_DIR`` needs nothing else.
 
-Shapes: B rows (sentences, or sentences x beams), S source length, t target positions so far,
-H heads, Dh head size, L decoder layers, V vocabulary.
+Shapes: N sentences, B rows (N, or N x K hypotheses), S source length, t target positions so
+far, H heads, Dh head size, L decoder layers, V vocabulary.
 
 Library: torch.onnx (export), onnx (checking), onnxruntime (``pip install 'attnmt[export]'``).
 """
@@ -119,13 +125,13 @@ def _export_graphs(model: Transformer, output: Path, attention: bool = False) ->
                       output_names=src_names, opset_version=OPSET, dynamo=False,
                       dynamic_axes={"src": {0: "batch", 1: "src_len"}, **{n: {0: "batch", 2: "src_len"} for n in src_names}})
     with torch.no_grad():
-        src_kv = EncoderGraph(model)(src)
-    self_kv = [torch.randn(2, heads, 3, head_dim) for _ in range(2 * layers)]
-    inputs = (torch.randint(4, vocab, (2, 1)), torch.tensor([3]), src != PAD_ID, *self_kv, *src_kv)
+        src_kv = EncoderGraph(model)(src)  # (2, H, 5, Dh): 2 sentences, each searched with 2 hypotheses below
+    self_kv = [torch.randn(4, heads, 3, head_dim) for _ in range(2 * layers)]
+    inputs = (torch.randint(4, vocab, (4, 1)), torch.tensor([3]), src != PAD_ID, *self_kv, *src_kv)
     self_names, new_names = _names("self_", layers), _names("new_self_", layers)
-    axes = {"tokens": {0: "batch"}, "src_mask": {0: "batch", 1: "src_len"}, "log_probs": {0: "batch"},
-            **{n: {0: "batch", 2: "past_len"} for n in self_names}, **{n: {0: "batch", 2: "src_len"} for n in src_names},
-            **{n: {0: "batch", 2: "new_len"} for n in new_names}}
+    axes = {"tokens": {0: "batch"}, "src_mask": {0: "sentences", 1: "src_len"}, "log_probs": {0: "batch"},
+            **{n: {0: "batch", 2: "past_len"} for n in self_names},
+            **{n: {0: "sentences", 2: "src_len"} for n in src_names}, **{n: {0: "batch", 2: "new_len"} for n in new_names}}
     if attention:
         axes["attention"] = {0: "batch", 2: "src_len"}
     torch.onnx.export(DecoderStepGraph(model, attention), inputs, str(output / DECODER_STEP),
@@ -182,25 +188,32 @@ def _providers(ort, device: str) -> tuple[list, str]:
 class OnnxCache:
     """The decoding state :class:`OnnxTransformer` keeps between steps.
 
-    self_kv: the 2L self-attention keys and values (B, H, t, Dh), one row per hypothesis.
-    src_kv: the 2L source keys and values stacked, (n, 2L, H, S, Dh), one row per sentence.
+    self_kv: the 2L self-attention keys and values, float32 (B, H, t, Dh), one row per hypothesis.
+    source: the step's source inputs, one row per sentence: ``src_mask`` (N, S) bool, then the 2L
+        source keys and values (N, H, S, Dh) float32 (contiguous arrays). bound: the same as ONNX
+        Runtime values (made once from ``source``, without a copy on the CPU), bound to every
+        step; None until the next step after ``source`` changes.
     step: positions consumed so far.
     """
 
-    self_kv: list[torch.Tensor] = field(default_factory=list)
-    src_kv: torch.Tensor | None = None
+    self_kv: list[np.ndarray] = field(default_factory=list)
+    source: list[np.ndarray] | None = None
+    bound: list | None = None
     step: int = 0
 
     def reorder(self, rows: torch.Tensor, sources: torch.Tensor | None = None) -> None:
         """Keep hypothesis rows ``rows`` and, if given, sentence rows ``sources`` (as
-        ``attnmt.model.attention.DecoderCache.reorder``)."""
-        self.self_kv = [t.index_select(0, rows) for t in self.self_kv]
-        if sources is not None and self.src_kv is not None:
-            self.src_kv = self.src_kv.index_select(0, sources)
+        ``attnmt.model.attention.DecoderCache.reorder``); only then does the source side move."""
+        index = rows.numpy()
+        self.self_kv = [a.take(index, axis=0) for a in self.self_kv]
+        if sources is not None and self.source is not None:
+            index = sources.numpy()
+            self.source, self.bound = [a.take(index, axis=0) for a in self.source], None
 
 
 class OnnxTransformer:
-    """The two ONNX Runtime sessions behind the model interface that greedy and beam search use.
+    """The two ONNX Runtime sessions behind the step-model interface that greedy and beam search
+    use (``attnmt.search.step_model.StepModel``).
 
     Args:
         export_dir: written by :func:`export_onnx`.
@@ -233,34 +246,48 @@ class OnnxTransformer:
         self.encoder, self.decoder = sessions
         self.config, self.pad_id = config, PAD_ID
         self.num_layers, self.head_dim = config.num_decoder_layers, config.d_model // config.num_heads
+        self._ort, self._ort_device = ort, "cuda" if self.device.startswith("cuda") else "cpu"
+        self._device_id = int(self.device.partition(":")[2] or 0)
         self._input_names = [i.name for i in self.decoder.get_inputs()]
+        self._output_names = [o.name for o in self.decoder.get_outputs()]
 
-    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
-        """src (B, S) int64 -> the stacked source keys and values (B, 2L, H, S, Dh), the source
-        mask (B, 1, 1, S) bool, and None (no attention weights)."""
+    def encode(self, src: torch.Tensor) -> tuple[list[np.ndarray], torch.Tensor, None]:
+        """src (B, S) int64 -> the 2L source keys and values (B, H, S, Dh) float32 (numpy, as
+        ``encoder.onnx`` gives them), the source mask (B, 1, 1, S) bool, and None (no attention
+        weights)."""
         kv = self.encoder.run(None, {"src": src.numpy()})
-        return torch.from_numpy(np.stack(kv, axis=1)), padding_mask(src, PAD_ID), None
+        return kv, padding_mask(src, PAD_ID), None
 
     def init_cache(self) -> OnnxCache:
         return OnnxCache()
 
-    def decode_step(self, tokens: torch.Tensor, memory: torch.Tensor | None, src_mask: torch.Tensor,
+    def decode_step(self, tokens: torch.Tensor, memory: list[np.ndarray] | None, src_mask: torch.Tensor,
                     cache: OnnxCache) -> torch.Tensor:
         """As ``Transformer.decode_step``: tokens (B, 1) -> log-probabilities (B, V) float32;
-        ``memory`` and ``src_mask`` have one row per sentence (B / K rows in beam search)."""
-        if cache.src_kv is None:
-            cache.src_kv = memory
-        rows, sentences = tokens.size(0), cache.src_kv.size(0)
-        beams = rows // sentences  # K hypotheses per sentence
+        ``memory`` (from :meth:`encode`, needed at the first step only) and ``src_mask`` have one
+        row per sentence (B / K rows in beam search), and so have the graph's source inputs."""
+        if cache.source is None:
+            cache.source = [np.ascontiguousarray(src_mask[:, 0, 0].numpy())] + [np.ascontiguousarray(a) for a in memory]
         if not cache.self_kv:
-            empty = torch.zeros(rows, self.config.num_heads, 0, self.head_dim)
+            empty = np.zeros((tokens.size(0), self.config.num_heads, 0, self.head_dim), dtype=np.float32)
             cache.self_kv = [empty] * (2 * self.num_layers)
-        src_kv = cache.src_kv.repeat_interleave(beams, dim=0) if beams > 1 else cache.src_kv  # (B, 2L, H, S, Dh)
-        mask = src_mask[:, 0, 0].repeat_interleave(beams, dim=0) if beams > 1 else src_mask[:, 0, 0]  # (B, S)
-        feeds = [tokens.numpy(), np.array([cache.step], dtype=np.int64), mask.numpy()]
-        feeds += [t.numpy() for t in cache.self_kv] + [t.numpy() for t in src_kv.unbind(1)]
-        out = self.decoder.run(None, {name: np.ascontiguousarray(v) for name, v in zip(self._input_names, feeds)})
-        cache.self_kv = [torch.from_numpy(t) for t in out[1: 1 + 2 * self.num_layers]]  # (a web export adds attention)
+        if cache.bound is None:  # once per set of sentences, not once per step
+            cache.bound = [self._ort.OrtValue.ortvalue_from_numpy(a, self._ort_device, self._device_id)
+                           for a in cache.source]
+        binding = self.decoder.io_binding()
+        names = iter(self._input_names)  # tokens, position, src_mask, self_*, src_*
+        binding.bind_cpu_input(next(names), np.ascontiguousarray(tokens.numpy()))
+        binding.bind_cpu_input(next(names), np.array([cache.step], dtype=np.int64))
+        binding.bind_ortvalue_input(next(names), cache.bound[0])
+        for a in cache.self_kv:
+            binding.bind_cpu_input(next(names), a)
+        for value in cache.bound[1:]:
+            binding.bind_ortvalue_input(next(names), value)
+        for name in self._output_names:
+            binding.bind_output(name)
+        self.decoder.run_with_iobinding(binding)
+        out = binding.copy_outputs_to_cpu()
+        cache.self_kv = out[1: 1 + 2 * self.num_layers]  # (a web export adds attention)
         cache.step += 1
         return torch.from_numpy(out[0])
 

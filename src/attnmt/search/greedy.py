@@ -44,6 +44,7 @@ def greedy_search(model: StepModel, src: torch.Tensor, max_len_a: float = 1.5, m
     step = 0
     while active.numel():
         logp = model.decode_step(last, memory, src_mask, cache)  # (b, V)
+        memory = None  # from now on the cache holds the source keys/values
         best_lp, best = logp.max(dim=-1)  # (b,)
         best_lp = best_lp.float()
         step += 1
@@ -60,7 +61,7 @@ def greedy_search(model: StepModel, src: torch.Tensor, max_len_a: float = 1.5, m
         if done.any():
             keep = (~done).nonzero().squeeze(1)  # (b',)
             active, best = active[keep], best[keep]
-            memory, src_mask = memory.index_select(0, keep), src_mask.index_select(0, keep)
+            src_mask = src_mask.index_select(0, keep)
             cache.reorder(keep, keep)
         last = best[:, None]  # (b, 1)
     return [Hypothesis(t, lp, sum(lp), sum(lp)) for t, lp in zip(tokens, lprobs)]
