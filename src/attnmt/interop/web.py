@@ -173,7 +173,8 @@ def export_web(model_dir: str | Path, output: str | Path, quantization: str | No
                       "src_vocab_size": len(src_tok), "tgt_vocab_size": len(tgt_tok)},
             "decode": {"beam_size": d.beam_size, "length_penalty": d.length_penalty,
                        "length_penalty_k": d.length_penalty_k, "length_penalty_type": d.length_penalty_type,
-                       "max_len_a": d.max_len_a, "max_len_b": d.max_len_b},
+                       "max_len_a": d.max_len_a, "max_len_b": d.max_len_b,
+                       "early_stopping": d.early_stopping, "patience": d.patience},
             "attention_layer": DEFAULT_ATTENTION_LAYER,
             "src_lang": pair.split("-")[0] if pair else None, "tgt_lang": pair.split("-")[1] if pair else None,
         }

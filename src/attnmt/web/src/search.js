@@ -78,17 +78,30 @@ export async function greedySearch(decoder, { startId, eosId, limit, onStep }) {
 }
 
 /**
+ * Finished hypotheses that end a beam search under early stopping: K x patience rounded half away
+ * from zero (attnmt.search.options.finished_wanted, CTranslate2's std::round).
+ */
+export function finishedWanted(K, patience) {
+  return Math.floor(K * patience + 0.5);
+}
+
+/**
  * Beam search (attnmt.search.beam): K open hypotheses; of the 2K best one-token extensions, the
  * EOS ones ranked within the first K finish (ranked by log P / lp(|Y|)), the K best others stay
- * open. Stops at the length limit, or once the best finished hypothesis cannot be beaten by an
- * open one: s / max(lp(t + 1), lp(limit)) <= best finished score.
+ * open. Two stopping rules, as SearchOptions.early_stopping: exact (the default) stops at the
+ * length limit, where every open hypothesis gets EOS, or once the best finished hypothesis cannot
+ * be beaten by an open one: s / max(lp(t + 1), lp(limit)) <= best finished score. Early stopping
+ * (CTranslate2's rule) stops once finishedWanted(K, patience) hypotheses have finished; at the
+ * length limit the K best extensions finish as they are (a hypothesis cut there has no EOS).
  * @param decoder see the module comment (K rows; the caller feeds the source K times)
  * @param {{beamSize: number, startId: number, eosId: number, limit: number, alpha: number, k: number,
- *          onStep?: (bestOpen: number[]) => void}} opts
+ *          earlyStopping?: boolean, patience?: number, onStep?: (bestOpen: number[]) => void}} opts
  * @returns {Promise<{tokens, tokenLogProbs, logProb, score, attention}>} the best hypothesis
  */
-export async function beamSearch(decoder, { beamSize: K, startId, eosId, limit, alpha, k, onStep }) {
+export async function beamSearch(decoder, { beamSize: K, startId, eosId, limit, alpha, k, earlyStopping = false,
+                                            patience = 1.0, onStep }) {
   const width = 2 * K;
+  const wanted = earlyStopping ? finishedWanted(K, patience) : null;
   let scores = Array.from({ length: K }, (_, i) => (i === 0 ? 0 : -Infinity));
   let hist = Array.from({ length: K }, () => ({ tokens: [], lps: [], att: [] }));
   let last = new Array(K).fill(startId);
@@ -97,8 +110,9 @@ export async function beamSearch(decoder, { beamSize: K, startId, eosId, limit, 
     const { logProbs, attention } = await decoder.step(last);
     const V = logProbs.length / K;
     if (V < width) throw new Error(`vocabulary (${V}) must hold at least 2 * beam size (${width}) tokens`);
-    const atLimit = limit <= t + 1;
-    // Each row's 2K best next tokens (only EOS at the length limit), then the 2K best of the K x 2K.
+    const cut = limit <= t + 1 && wanted !== null;  // early stopping: the K best finish as they are
+    const atLimit = limit <= t + 1 && !cut;
+    // Each row's 2K best next tokens (only EOS at the exact rule's length limit), then the 2K best of the K x 2K.
     const rowTok = [], rowLp = [];
     for (let r = 0; r < K; r++) {
       const toks = atLimit ? new Array(width).fill(eosId) : topIndices(V, width, (i) => logProbs[r * V + i]);
@@ -113,9 +127,9 @@ export async function beamSearch(decoder, { beamSize: K, startId, eosId, limit, 
     t += 1;
     const attRow = (r) => (attention ? attention.slice(r * (attention.length / K), (r + 1) * (attention.length / K)) : null);
     ext.slice(0, K).forEach((e) => {
-      if (e.token !== eosId || !Number.isFinite(e.score)) return;
+      if ((e.token !== eosId && !cut) || !Number.isFinite(e.score)) return;
       const h = hist[e.row];
-      const tokens = [...h.tokens, eosId];
+      const tokens = [...h.tokens, e.token];
       finished.push({ tokens, tokenLogProbs: [...h.lps, e.lp], logProb: e.score,
                       score: e.score / lengthPenalty(tokens.length, alpha, k),
                       attention: attention ? [...h.att, attRow(e.row)] : [] });
@@ -124,7 +138,9 @@ export async function beamSearch(decoder, { beamSize: K, startId, eosId, limit, 
     const open = [...ext.filter((e) => e.token !== eosId), ...ext.filter((e) => e.token === eosId)].slice(0, K);
     const bestOpen = Math.max(...open.map((e) => e.score));
     let done = limit <= t || bestOpen === -Infinity;
-    if (!done && finished.length >= 1) {
+    if (!done && wanted !== null) {
+      done = finished.length >= wanted;
+    } else if (!done && finished.length >= 1) {
       const bestFinished = Math.max(...finished.map((h) => h.score));
       done = bestOpen / Math.max(lengthPenalty(t + 1, alpha, k), lengthPenalty(limit, alpha, k)) <= bestFinished;
     }

@@ -256,7 +256,8 @@ export class Translator {
       const common = { startId: this.config.model.decoder_start_id, eosId: EOS_ID, limit, onStep: report };
       return K === 1 ? greedySearch(view, common)
         : beamSearch(view, { ...common, beamSize: K, alpha: average ? 1.0 : dc.length_penalty,
-                             k: average ? 0.0 : dc.length_penalty_k });
+                             k: average ? 0.0 : dc.length_penalty_k,
+                             earlyStopping: dc.early_stopping ?? false, patience: dc.patience ?? 1.0 });
     });
   }
 

@@ -2,7 +2,7 @@
 // distribution depends only on the prefix (as fairseq's beam search tests do).
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { beamSearch, greedySearch, lengthPenalty, maxOutputLength } from "../src/search.js";
+import { beamSearch, finishedWanted, greedySearch, lengthPenalty, maxOutputLength } from "../src/search.js";
 
 const EOS = 3, START = 2, V = 8;
 
@@ -96,4 +96,40 @@ test("beam size 1 equals greedy search", async () => {
   const g = await greedySearch(fakeDecoder(1, table), { startId: START, eosId: EOS, limit: 10 });
   const b = await beamSearch(fakeDecoder(1, table), { beamSize: 1, startId: START, eosId: EOS, limit: 10, alpha: 0.6, k: 5 });
   assert.deepEqual(b.tokens, g.tokens);
+});
+
+// The stopping rules as tests/test_search_stopping.py checks them in Python. Step 1: A 0.5, EOS
+// 0.3, B 0.2; [EOS] finishes. Step 2: [A, C] 0.45 and [B, EOS] 0.2 are the two best; [B, EOS]
+// finishes, the second finished hypothesis. Step 3: [A, C, EOS] 0.45 finishes, better than both.
+const A = 4, B = 5, C = 6;
+const lateWinner = (p) => {
+  const key = p.join(",");
+  if (key === "") return { [A]: 0.5, [EOS]: 0.3, [B]: 0.2 };
+  if (key === `${A}`) return { [C]: 0.9, [EOS]: 0.1 - 1e-9 };
+  return { [EOS]: 1 - 1e-9 };
+};
+const lateOpts = { beamSize: 2, startId: START, eosId: EOS, limit: 10, alpha: 0, k: 5 };
+
+test("early stopping ends at K finished hypotheses; exact stopping waits for the better one", async () => {
+  const early = await beamSearch(fakeDecoder(2, lateWinner), { ...lateOpts, earlyStopping: true });
+  assert.deepEqual(early.tokens, [EOS]);
+  const exact = await beamSearch(fakeDecoder(2, lateWinner), lateOpts);
+  assert.deepEqual(exact.tokens, [A, C, EOS]);
+});
+
+test("patience waits for round(K x patience) finished hypotheses", async () => {
+  assert.equal(finishedWanted(4, 1.125), 5);  // 4.5 -> 5, half away from zero
+  assert.equal(finishedWanted(4, 1.1), 4);
+  const hyp = await beamSearch(fakeDecoder(2, lateWinner), { ...lateOpts, earlyStopping: true, patience: 1.5 });
+  assert.deepEqual(hyp.tokens, [A, C, EOS]);
+});
+
+test("at the length limit early stopping finishes hypotheses without EOS", async () => {
+  const table = () => ({ [A]: 0.9, [B]: 0.1 - 1e-6 });
+  const opts = { beamSize: 2, startId: START, eosId: EOS, limit: 3, alpha: 1, k: 5 };
+  const early = await beamSearch(fakeDecoder(2, table), { ...opts, earlyStopping: true });
+  assert.deepEqual(early.tokens, [A, A, A]);
+  assert.ok(Math.abs(early.score - (3 * Math.log(0.9)) / lengthPenalty(3, 1, 5)) < 1e-5);
+  const exact = await beamSearch(fakeDecoder(2, table), opts);
+  assert.deepEqual(exact.tokens, [A, A, EOS]);
 });
