@@ -28,6 +28,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=128, help="sentences per batch")
     ap.add_argument("--length-penalty", type=float, default=0.6)
     ap.add_argument("--max-length", type=int, default=250)
+    ap.add_argument("--max-input-length", type=int, default=1024, help="source pieces kept (CTranslate2's default)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
 
@@ -42,7 +43,8 @@ def main() -> None:
     pieces = sp.encode(lines, out_type=str)
     results = translator.translate_batch(pieces, beam_size=args.beam_size, max_batch_size=args.batch_size,
                                          batch_type="examples", length_penalty=args.length_penalty,
-                                         max_decoding_length=args.max_length)
+                                         max_decoding_length=args.max_length,
+                                         max_input_length=args.max_input_length)
     hyps = [sp.decode(r.hypotheses[0]) for r in results]
     decode_seconds = time.perf_counter() - t0
     with open(args.output, "w", encoding="utf-8") as f:
