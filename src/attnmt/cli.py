@@ -682,6 +682,31 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def _add_distill_parser(sub) -> None:
+    p = sub.add_parser("distill", help="sequence-level knowledge distillation: translate a student configuration's "
+                       "training source with a teacher, then train the student on the translations")
+    p.add_argument("config", help="the student's YAML configuration (its model, training and data)")
+    p.add_argument("--teacher", dest="model", required=True, metavar="TEACHER_DIR",
+                   help="the teacher: a model directory (trained, fine-tuned or imported), or an 'attnmt export' "
+                        "directory with --engine ctranslate2/onnxruntime")
+    p.add_argument("--output", required=True, help="the student's run directory (distill/ holds the translations); "
+                   "run the same command again to resume")
+    p.add_argument("--beam-size", type=positive_int, help="the teacher's beam size (default: its config's)")
+    p.add_argument("--batch-size", type=positive_int, help="sentences per teacher batch (default: its config's)")
+    p.add_argument("--length-penalty", type=finite_float, help="the teacher's length penalty (default: its config's)")
+    p.add_argument("--mix-original", type=finite_float, default=0.0, metavar="W",
+                   help="also train on the original targets with weight W in data.train (default 0: distilled only)")
+    p.add_argument("--threads", type=positive_int, help="CPU threads of the teacher (default: PyTorch's)")
+    p.add_argument("--device", help="device of the teacher and the student (default: each config's)")
+    p.add_argument("--data-dir", help="directory holding the dataset (default: $ATTNMT_DATA)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key of the student's configuration, e.g. --set train.max_steps=2000")
+    p.set_defaults(weights=None, precision=None, attention=None)
+    _add_stopping_options(p)
+    _add_engine_options(p)
+    p.set_defaults(func=cmd_distill)
+
+
 def _add_train_vectors_parser(sub) -> None:
     p = sub.add_parser("train-vectors", help="train fastText word vectors (.vec) on a configuration's training "
                        "side, tokenized as its word-level tokenizer does (gensim)")
@@ -796,28 +821,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_train_vectors_parser(sub)
 
-    p = sub.add_parser("distill", help="sequence-level knowledge distillation: translate a student configuration's "
-                       "training source with a teacher, then train the student on the translations")
-    p.add_argument("config", help="the student's YAML configuration (its model, training and data)")
-    p.add_argument("--teacher", dest="model", required=True,
-                   help="the teacher: a model directory (trained, fine-tuned or imported), or an 'attnmt export' "
-                        "directory with --engine ctranslate2/onnxruntime")
-    p.add_argument("--output", required=True, help="the student's run directory (distill/ holds the translations); "
-                   "run the same command again to resume")
-    p.add_argument("--beam-size", type=positive_int, help="the teacher's beam size (default: its config's)")
-    p.add_argument("--batch-size", type=positive_int, help="sentences per teacher batch (default: its config's)")
-    p.add_argument("--length-penalty", type=finite_float, help="the teacher's length penalty (default: its config's)")
-    p.add_argument("--mix-original", type=finite_float, default=0.0, metavar="W",
-                   help="also train on the original targets with weight W in data.train (default 0: distilled only)")
-    p.add_argument("--threads", type=positive_int, help="CPU threads of the teacher (default: PyTorch's)")
-    p.add_argument("--device", help="device of the teacher and the student (default: each config's)")
-    p.add_argument("--data-dir", help="directory holding the dataset (default: $ATTNMT_DATA)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a key of the student's configuration, e.g. --set train.max_steps=2000")
-    p.set_defaults(weights=None, precision=None, attention=None)
-    _add_stopping_options(p)
-    _add_engine_options(p)
-    p.set_defaults(func=cmd_distill)
+    _add_distill_parser(sub)
 
     p = sub.add_parser("translate", help="translate raw text, one sentence a line")
     _add_decode_options(p)
