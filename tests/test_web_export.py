@@ -243,6 +243,26 @@ def test_page_stays_responsive_while_translating(browser, site, dictionary_model
         server.close()
 
 
+def test_page_reports_a_model_its_worker_cannot_load(browser, site, tmp_path):
+    """A site missing its decoder graph: the worker's load fails, the page says which file in its
+    status line, and window.attnmt's calls reject with the same message instead of waiting."""
+    broken = tmp_path / "broken"
+    shutil.copytree(site, broken)
+    (broken / "model" / "decoder_step.onnx").unlink()
+    server = _Server(broken, False)
+    page = browser.new_page()
+    try:
+        page.goto(server.url)
+        page.wait_for_function("document.getElementById('status').className === 'error'", timeout=60_000)
+        assert "decoder_step.onnx: HTTP 404" in page.inner_text("#status")
+        message = page.evaluate("window.attnmt.translate('ein hund').then(() => 'translated', (e) => e.message)")
+        assert "decoder_step.onnx: HTTP 404" in message
+        assert page.is_disabled("#translate")
+    finally:
+        page.close()
+        server.close()
+
+
 def test_web_graph_gathers_the_rows_it_is_told(tiny_run, tmp_path):
     """attnmt.interop.web_graph: the rewritten decoder step, given the previous step's caches
     (P rows), the source once per sentence and the row indices, computes what the exported
