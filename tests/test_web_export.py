@@ -265,8 +265,9 @@ def test_page_reports_a_model_its_worker_cannot_load(browser, site, tmp_path):
 
 def test_web_graph_gathers_the_rows_it_is_told(tiny_run, tmp_path):
     """attnmt.interop.web_graph: the rewritten decoder step, given the previous step's caches
-    (P rows), the source once per sentence and the row indices, computes what the exported
-    graph computes on those rows gathered beforehand, bit for bit."""
+    (P rows), the source of every sentence of the batch and the row indices, computes what the
+    exported graph computes on those rows gathered beforehand, bit for bit: here 2 of 3 sentences
+    (the third has finished), 2 hypotheses each, continuing rows 4, 0 | 0, 1 of 5."""
     import numpy as np
     import onnxruntime as ort
 
@@ -283,23 +284,23 @@ def test_web_graph_gathers_the_rows_it_is_told(tiny_run, tmp_path):
     encoder, plain, web = (ort.InferenceSession(str(p)) for p in (out / "encoder.onnx", out / "decoder_step.onnx",
                                                                   tmp_path / "web_step.onnx"))
     assert {i.name for i in web.get_inputs()} == {i.name for i in plain.get_inputs()} | {"parent", "sentence"}
-    src = np.array([[5, 6, 7, 3], [8, 9, 3, 0]], dtype=np.int64)
+    src = np.array([[5, 6, 7, 3], [8, 9, 3, 0], [6, 5, 3, 0]], dtype=np.int64)
     src_kv = encoder.run(None, {"src": src})
     layers = len(src_kv) // 2
     _, heads, _, head_dim = src_kv[0].shape
     rng = np.random.default_rng(0)
-    prev = [rng.standard_normal((3, heads, 2, head_dim)).astype(np.float32) for _ in range(2 * layers)]
-    parent, sentence = np.array([2, 0, 0, 1, 2]), np.array([0, 0, 1, 1, 1])
+    prev = [rng.standard_normal((5, heads, 2, head_dim)).astype(np.float32) for _ in range(2 * layers)]
+    parent, sentence = np.array([4, 0, 0, 1]), np.array([2, 0])
     self_names = [f"self_{k}_{i}" for i in range(layers) for k in ("key", "value")]
     src_names = [f"src_{k}_{i}" for i in range(layers) for k in ("key", "value")]
-    common = {"tokens": rng.integers(4, 30, (5, 1)), "position": np.array([2])}
+    common = {"tokens": rng.integers(4, 30, (4, 1)), "position": np.array([2])}
     expected = plain.run(None, {**common, "src_mask": (src != 0)[sentence],
                                 **{n: t[parent] for n, t in zip(self_names, prev)},
                                 **{n: t[sentence] for n, t in zip(src_names, src_kv)}})
     got = web.run(None, {**common, "src_mask": src != 0, "parent": parent, "sentence": sentence,
                          **dict(zip(self_names, prev)), **dict(zip(src_names, src_kv))})
     assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected))
-    assert got[1].shape == (5, heads, 3, head_dim)
+    assert got[1].shape == (4, heads, 3, head_dim) and got[-1].shape == (4, layers, 4)
 
 
 def test_int8_export_is_smaller_and_translates(browser, site, dictionary_model_dir, tmp_path):

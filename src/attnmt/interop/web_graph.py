@@ -9,16 +9,20 @@ and gathers the rows itself (ONNX ``Gather`` on axis 0, before the graph's own n
 
 - ``parent`` (B,) int64: for each of the B rows of this step, the row of the previous step's
   ``self_key_l``, ``self_value_l`` (P, H, t, Dh) float32 it extends (P rows, any number);
-- ``sentence`` (B,) int64: for each row, its sentence in ``src_mask`` (N, S) bool and
-  ``src_key_l``, ``src_value_l`` (N, H, S, Dh) float32, which are given once per sentence (N
-  sentences) instead of once per hypothesis.
+- ``sentence`` (n,) int64: the sentences of this step's rows, in row order, among the N of
+  ``src_mask`` (N, S) bool and ``src_key_l``, ``src_value_l`` (N, H, S, Dh) float32 (the source
+  side of every sentence of the batch, given once). The B rows are n groups of K = B / n
+  consecutive rows, one group per sentence (its hypotheses), which attend to their sentence's
+  one source row together, as the exported graph and the native model do; as sentences finish,
+  ``sentence`` shrinks and the source inputs stay as they are.
 
 Everything else (``tokens`` (B, 1), ``position`` (1,), the outputs ``log_probs`` (B, V),
 ``new_self_key_l``, ``new_self_value_l`` (B, H, t + 1, Dh), ``attention`` (B, L, S)) is the graph
 of :func:`attnmt.interop.onnx.export_onnx` unchanged, so the arithmetic is the same.
 
-Shapes: B rows of this step, P rows of the previous step, N sentences, S source length, t
-target positions so far, H heads, Dh head size, L decoder layers, V vocabulary.
+Shapes: B rows of this step, P rows of the previous step, N sentences of the batch, n of this
+step, S source length, t target positions so far, H heads, Dh head size, L decoder layers, V
+vocabulary.
 
 Library: onnx (graph editing and checking).
 """
@@ -63,6 +67,6 @@ def gather_rows_in_graph(path: str | Path) -> None:
         if value.name in index_of:
             value.type.tensor_type.shape.dim[0].dim_param = "past_rows" if index_of[value.name] == PARENT else "sentences"
     graph.input.extend([helper.make_tensor_value_info(PARENT, TensorProto.INT64, ["batch"]),
-                        helper.make_tensor_value_info(SENTENCE, TensorProto.INT64, ["batch"])])
+                        helper.make_tensor_value_info(SENTENCE, TensorProto.INT64, ["step_sentences"])])
     onnx.checker.check_model(model)
     onnx.save(model, str(path))

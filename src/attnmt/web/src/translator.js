@@ -7,9 +7,10 @@
 //
 // Graph inputs and outputs: encoder: src (N, S) int64 (PAD-padded) -> src_key_l, src_value_l
 // (N, H, S, Dh) float32. decoder_step: tokens (B, 1) int64, position (1,) int64, src_mask (N, S)
-// bool, src_key_l / src_value_l (N, H, S, Dh) once per sentence, self_key_l / self_value_l
-// (P, H, t, Dh) the previous step's caches as they came out, parent (B,) int64 (the previous row
-// each row extends) and sentence (B,) int64 (each row's sentence) -> log_probs (B, V) float32,
+// bool, src_key_l / src_value_l (N, H, S, Dh) once per sentence of the batch, self_key_l /
+// self_value_l (P, H, t, Dh) the previous step's caches as they came out, parent (B,) int64 (the
+// previous row each row extends) and sentence (n,) int64 (the step's sentences, each with B / n
+// consecutive rows that attend to its source row together) -> log_probs (B, V) float32,
 // new_self_key_l / new_self_value_l (B, H, t + 1, Dh), attention (B, L, S) (the source attention
 // of every decoder layer, averaged over heads). The graph gathers the cache and source rows itself
 // (attnmt.interop.web_graph), so a reorder here is an index, never a copy of the caches.
@@ -117,9 +118,12 @@ export class BatchDecoder {
       offsets.set(i, [tokens.length, t.length]);
       tokens.push(...t);
       parent.push(...kept.map((r) => first + r));
-      sentence.push(...t.map(() => i));
+      sentence.push(i);
     }
     const B = tokens.length;
+    if (requests.some(([, r]) => r.tokens.length * requests.length !== B)) {  // the graph's K = B / n
+      throw new Error(`the sentences of a step must have as many rows each (${requests.map(([, r]) => r.tokens.length)})`);
+    }
     if (!BatchDecoder.reorderInGraph && this.selfKV) {  // the plain way: copy the kept rows of every layer here
       this.selfKV = this.selfKV.map((t) => new ort.Tensor("float32", gatherRows(t.data, parent, t.dims[0]),
                                                            [B, ...t.dims.slice(1)]));
@@ -127,7 +131,7 @@ export class BatchDecoder {
     }
     const feeds = {
       tokens: int64(ort, tokens, [B, 1]), position: int64(ort, [this.position], [1]), src_mask: this.srcMask,
-      parent: int64(ort, parent, [B]), sentence: int64(ort, sentence, [B]),
+      parent: int64(ort, parent, [B]), sentence: int64(ort, sentence, [sentence.length]),
     };
     const empty = this.selfKV ? null : new ort.Tensor("float32", new Float32Array(0), [B, this.heads, 0, this.headDim]);
     for (let l = 0; l < this.numLayers; l++) {

@@ -1,6 +1,7 @@
 // translator.js's BatchDecoder against a fake decoder-step session that computes what the real
 // graph does with its row indices (attnmt.interop.web_graph): each row's cache is the previous
-// row `parent` extended by its token, and its source is sentence `sentence`. The next-token
+// row `parent` extended by its token, and the rows are groups of B / n, one per sentence of
+// `sentence` (n sentences), whose source they use. The next-token
 // distribution depends on the sentence and the whole cached prefix, so a wrong row index changes
 // the result. Several sentences searched together must give each sentence's search alone.
 import assert from "node:assert/strict";
@@ -40,13 +41,15 @@ function fakeSession() {
       const B = feeds.tokens.dims[0], t = feeds.self_key_0.dims[2];
       const cache = feeds.self_key_0.data, src = feeds.src_key_0.data;
       const parent = Array.from(feeds.parent.data, Number), sentence = Array.from(feeds.sentence.data, Number);
+      const K = B / sentence.length;  // each sentence's consecutive rows
+      assert.ok(Number.isInteger(K));
       assert.equal(feeds.position.data[0], BigInt(t));
       const next = new Float32Array(B * (t + 1)), logProbs = new Float32Array(B * V);
       for (let b = 0; b < B; b++) {
         next.set(cache.subarray(parent[b] * t, (parent[b] + 1) * t), b * (t + 1));
         next[b * (t + 1) + t] = Number(feeds.tokens.data[b]);
         const prefix = Array.from(next.subarray(b * (t + 1) + 1, (b + 1) * (t + 1)));  // without START
-        logProbs.set(distribution(src[sentence[b]], prefix), b * V);
+        logProbs.set(distribution(src[sentence[Math.floor(b / K)]], prefix), b * V);
       }
       const out = { log_probs: new Tensor("float32", logProbs, [B, V]),
                     new_self_key_0: new Tensor("float32", next, [B, 1, t + 1, 1]),
@@ -92,6 +95,7 @@ test("beam search of five sentences together equals each sentence's search alone
   const rows = session.runs.map((r) => r.feeds.tokens.dims[0]);
   assert.equal(rows[0], K * sentences.length);
   assert.ok(rows.at(-1) < rows[0] && rows.every((b) => b % K === 0));
+  assert.ok(session.runs.every((r) => r.feeds.sentence.dims[0] * K === r.feeds.tokens.dims[0]));
   session.runs.slice(1).forEach((r, j) => {
     assert.equal(r.feeds.self_key_0, session.runs[j].out.new_self_key_0);
     assert.equal(r.feeds.self_value_0, session.runs[j].out.new_self_value_0);
@@ -122,6 +126,13 @@ test("greedy search together equals greedy search alone; empty caches at the fir
   assert.deepEqual(together, alone);
   assert.deepEqual(session.runs[0].feeds.self_key_0.dims, [sentences.length, 1, 0, 1]);
   assert.deepEqual(Array.from(session.runs[0].feeds.sentence.data, Number), [0, 1, 2, 3, 4]);
+});
+
+test("sentences with different numbers of rows in one step are refused", async () => {
+  const { decoder } = batchDecoder(sentences.slice(0, 2));
+  const search = (view, i) => (i === 0 ? greedySearch(view, { startId: START, eosId: EOS, limit: 5 })
+    : beamSearch(view, { beamSize: 2, startId: START, eosId: EOS, limit: 5, alpha: 1.0, k: 5.0 }));
+  await assert.rejects(decoder.searchEach(search), /as many rows each \(1,2\)/);
 });
 
 test("a failing session run rejects every search of the batch", async () => {
