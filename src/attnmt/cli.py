@@ -595,8 +595,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from attnmt.serve.settings import ServeSettings
 
     languages = model_languages(args.model)  # a missing or broken model directory: a one-line error first
-    _stopping_rule(read_config(args.model).decode, args)  # a bad --patience: refused before the server starts
     _check_engine_files(args)
+    _stopping_rule(read_config(args.model).decode, args)  # a bad --patience: refused before the server starts
     try:
         settings = ServeSettings(**dict(_setting(item) for item in args.set))
     except ValidationError as e:

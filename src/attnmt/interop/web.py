@@ -48,8 +48,8 @@ from attnmt import rundir
 from attnmt.config import DEFAULT_ATTENTION_LAYER
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, VocabTokenizer
 from attnmt.errors import AttnmtError, CheckpointError
-from attnmt.interop.extras import require
 from attnmt.interop import web_bundle
+from attnmt.interop.extras import require
 from attnmt.interop.onnx import DECODER_STEP, ENCODER, export_onnx
 from attnmt.interop.web_graph import gather_rows_in_graph
 
