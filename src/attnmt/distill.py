@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from collections.abc import Callable, Iterator
 from itertools import islice
 from pathlib import Path
@@ -121,9 +122,7 @@ def distill_corpus(source: Path, translate: Callable[[list[str]], list[str]], ou
                 f.write((parts / name).read_text(encoding="utf-8"))
 
     rundir.atomic_write(distilled, join)
-    for name in names:
-        (parts / name).unlink()
-    parts.rmdir()
+    shutil.rmtree(parts)  # the chunks, and any temporary file a killed run left half-written
     return distilled
 
 
