@@ -47,9 +47,11 @@ def main() -> int:
 
     from playwright.sync_api import sync_playwright
 
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory="site")
-    handler.log_message = lambda *a: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory="site"))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     chromium = shutil.which("chromium") or "/usr/bin/chromium"
     with sync_playwright() as p:
