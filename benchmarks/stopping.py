@@ -36,12 +36,12 @@ import argparse
 import gzip
 import json
 import re
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from engines import _run  # noqa: E402  (wall seconds and output of a whole process; a failure ends the run)
 
 
 def _lines(path: Path, limit: int | None = None) -> list[str]:
@@ -49,13 +49,6 @@ def _lines(path: Path, limit: int | None = None) -> list[str]:
         return f.read().splitlines()[:limit]
 
 
-def _run(cmd: list[str]) -> tuple[float, str]:
-    """(wall seconds of the whole process, its stdout + stderr); a failure ends the benchmark."""
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode:
-        raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
-    return time.perf_counter() - t0, p.stdout + p.stderr
 
 
 def _attnmt(args, model: Path, engine: str, early: bool, alpha: float, out: Path) -> tuple[float, float]:
