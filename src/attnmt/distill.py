@@ -78,8 +78,8 @@ def distill_corpus(source: Path, translate: Callable[[list[str]], list[str]], ou
 
     Args:
         source: the training source file (plain or gzip, UTF-8).
-        translate: lines in, their translations out (same count, same order), e.g. a
-            ``Translator``'s ``translate_lines``.
+        translate: lines in, their translations out (same count, same order), e.g. the
+            ``text`` of each result of ``Translator.translate``.
         out_dir: ``RUN_DIR/distill``.
         record: what the translations depend on (teacher, settings); with the source's SHA-256 it
             is the manifest a rerun must match.
