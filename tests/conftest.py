@@ -103,6 +103,59 @@ def dictionary_model_dir(tmp_path_factory) -> Path:
     return run_dir
 
 
+# The toy task in three languages: the same concepts, one word each, in the same order.
+ENGLISH_FRENCH = {"a": "un", "man": "homme", "woman": "femme", "dog": "chien", "cat": "chat", "child": "enfant",
+                  "sees": "voit", "rides": "conduit", "red": "rouge", "big": "grand", "house": "maison",
+                  "ball": "balle", "car": "voiture", "city": "ville", "and": "et", "plays": "joue"}
+
+
+def toy_sentence(german: str, lang: str) -> str:
+    """A sentence of the toy task (German words) in ``lang`` (de, en or fr), word for word."""
+    english = word_for_word(german)
+    return {"de": german, "en": english, "fr": " ".join(ENGLISH_FRENCH[w] for w in english.split())}[lang]
+
+
+MULTILINGUAL_DIRECTIONS = ("de-en", "en-de", "en-fr", "fr-en")
+
+
+def multilingual_config(tmp_path: Path, max_steps: int = 600) -> dict:
+    """A raw configuration of the toy task in four directions (de<->en, en<->fr; de->fr and
+    fr->de are zero-shot) with data.train and data.valid entries naming their languages, files
+    written under ``tmp_path``."""
+    import random
+
+    rng = random.Random(1)
+    words = sorted(GERMAN_ENGLISH)
+    for name, n in (("train", 1500), ("valid", 30)):
+        german = [" ".join(rng.sample(words, rng.randint(2, 6))) for _ in range(n)]
+        for lang in ("de", "en", "fr"):
+            (tmp_path / f"{name}.{lang}").write_text("\n".join(toy_sentence(g, lang) for g in german) + "\n",
+                                                     encoding="utf-8")
+    train = [{"src": str(tmp_path / f"train.{d[:2]}"), "tgt": str(tmp_path / f"train.{d[3:]}"), "src_lang": d[:2],
+              "tgt_lang": d[3:]} for d in MULTILINGUAL_DIRECTIONS]
+    valid = [{"src": str(tmp_path / f"valid.{d[:2]}"), "tgt": str(tmp_path / f"valid.{d[3:]}"), "src_lang": d[:2],
+              "tgt_lang": d[3:]} for d in ("de-en", "en-fr")]
+    return {"data": {"train": train, "valid": valid, "max_len": 60},
+            "tokenizer": {"vocab_size": 150, "model_type": "bpe"},
+            "model": {"d_model": 64, "num_heads": 4, "d_ff": 128, "num_encoder_layers": 2, "num_decoder_layers": 2,
+                      "dropout": 0.0, "share_embeddings": True, "max_positions": 64},
+            "train": {"batch_tokens": 1500, "schedule": "inverse_sqrt", "lr": 3e-3, "warmup_steps": 50,
+                      "max_steps": max_steps, "valid_every": max_steps, "log_every": 50, "seed": 3},
+            "decode": {"beam_size": 4}}
+
+
+@pytest.fixture(scope="session")
+def multilingual_model_dir(tmp_path_factory) -> Path:
+    """A small multilingual Transformer trained on the toy task in four directions
+    (:func:`multilingual_config`): a model directory with tokenizer.target_languages [de, en, fr]."""
+    from attnmt.config import config_from_dict
+    from attnmt.train.trainer import train
+
+    tmp_path = tmp_path_factory.mktemp("multilingual")
+    train(config_from_dict(multilingual_config(tmp_path)), tmp_path / "run", progress=False)
+    return tmp_path / "run"
+
+
 COPY_WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
 
 

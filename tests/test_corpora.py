@@ -285,7 +285,8 @@ def test_validation_lines_too_long_for_the_model_are_left_out(tmp_path):
     with open(tmp_path / "valid.tgt", "a") as f:
         f.write("alpha\n")
     trainer = Trainer(config_from_dict(raw), tmp_path / "run", progress=False)
-    assert trainer.data.valid.dropped_long == 1 and len(trainer.data.valid.src) == 20 == len(trainer.data.valid_refs)
+    [valid] = trainer.data.valid_sets
+    assert valid.pairs.dropped_long == 1 and len(valid.pairs.src) == 20 == len(valid.refs)
     assert trainer.evaluate()["valid_loss"] > 0  # no position beyond the model's
 
 

@@ -154,7 +154,7 @@ def test_training_batches_follow_marian_conventions(marian, corpus, tmp_path):
                                                                 "label_smoothing": 0.0}})
     trainer = Trainer(config, tmp_path / "run")
     trainer.model.eval()
-    src, tgt = trainer.data.valid.src[:6], trainer.data.valid.tgt[:6]
+    src, tgt = trainer.data.valid_sets[0].pairs.src[:6], trainer.data.valid_sets[0].pairs.tgt[:6]
     batch = make_batch(src, tgt, trainer.config.model.decoder_start_id)
     assert (batch.tgt_in[:, 0] == PAD_ID).all()
     with torch.no_grad():

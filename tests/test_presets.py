@@ -28,7 +28,10 @@ def test_preset_loads_validates_and_names_its_source(path):
     config = load_config(path)
     assert config.data.dataset == "multi30k"
     assert path.read_text().startswith("# ")  # a comment saying what it reproduces
-    assert "_".join(config.data.pair.split("-")) in path.stem
+    if config.data.pairs is not None:  # a multilingual preset
+        assert "multilingual" in path.stem and len(config.data.pairs) > 1
+    else:
+        assert "_".join(config.data.pair.split("-")) in path.stem
 
 
 def test_all_reference_presets_exist():

@@ -353,7 +353,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     results = tr.translate(lines, beam_size=beam_size, batch_size=args.batch_size,
                            length_penalty=args.length_penalty, nbest=args.nbest, constraints=constraints,
                            alignments=args.alignments, alignment_layer=args.alignment_layer,
-                           return_token_log_probs=args.scores or args.format == "jsonl")
+                           return_token_log_probs=args.scores or args.format == "jsonl", tgt_lang=args.tgt_lang)
     log.info("translated %d lines in %.2f s", len(lines), time.perf_counter() - t0)
     _write_output(args.output, format_translations(results, args.format, args.scores, args.nbest,
                                                    tr.confidence if args.format == "jsonl" else None))
@@ -443,7 +443,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     check_output_file(args.output, "--output")
     src, tgt = read_parallel(args.src, args.tgt)
     tr = _engine_translator(args)
-    results = tr.score(src, tgt, batch_size=args.batch_size)
+    results = tr.score(src, tgt, batch_size=args.batch_size, tgt_lang=args.tgt_lang)
     total_lp = sum(r.log_prob for r in results)
     total_tokens = sum(len(r.token_ids) for r in results)
     corpus_ppl = _perplexity(total_lp, total_tokens)
@@ -488,11 +488,11 @@ def cmd_plot_attention(args: argparse.Namespace) -> int:
     output = Path(args.output)
     if args.input is not None:
         output.mkdir(parents=True, exist_ok=True)
-    results = tr.translate(sentences, beam_size=args.beam_size, batch_size=args.batch_size)
+    results = tr.translate(sentences, beam_size=args.beam_size, batch_size=args.batch_size, tgt_lang=args.tgt_lang)
     kind = args.self_attention or "source"
     title = {"source": "encoder-decoder attention", "encoder": "encoder self-attention",
              "decoder": "decoder self-attention"}[kind]
-    for n, (sentence, src_ids, result) in enumerate(zip(sentences, tr.encode_sources(sentences), results), start=1):
+    for n, (sentence, src_ids, result) in enumerate(zip(sentences, tr.encode_sources(sentences, args.tgt_lang), results), start=1):
         hyp = result.hypotheses[0]
         weights = tr.attention(src_ids, hyp.token_ids)[kind][layer - 1]  # (H, rows, columns)
         # (column labels, row labels, column axis name, row axis name) of each kind of attention
@@ -556,7 +556,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     tr = _with_stopping_rule(_translator(args), args)
     t0 = time.perf_counter()
     translations = tr.translate(src, beam_size=args.beam_size, batch_size=args.batch_size,
-                                length_penalty=args.length_penalty, return_token_log_probs=False)
+                                length_penalty=args.length_penalty, return_token_log_probs=False,
+                                tgt_lang=args.tgt_lang)
     seconds = time.perf_counter() - t0
     hyps = [t.text for t in translations]
     scores = corpus_scores(hyps, ref)
@@ -645,6 +646,8 @@ def _add_decode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam-size", type=positive_int, help="beam size K (1 = greedy); default from the model's config")
     p.add_argument("--batch-size", type=positive_int, help="sentences per batch; default from the model's config")
     p.add_argument("--length-penalty", type=finite_float, help="alpha of the GNMT length penalty (default 0.6)")
+    p.add_argument("--tgt-lang", metavar="LANG", help="the language to translate into: required by a multilingual "
+                   "model (one of its tokenizer.target_languages); a bilingual model's own target or nothing")
 
 
 def _add_stopping_options(p: argparse.ArgumentParser) -> None:

@@ -16,6 +16,7 @@ Library: pydantic (validation) and PyYAML (parsing).
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -43,14 +44,33 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
+# a language code: 'en', 'fra', 'pt_BR' (no '-', which separates the two sides of a pair)
+LANGUAGE = r"^[A-Za-z][A-Za-z0-9_]{0,15}$"
+
+
 class CorpusEntry(_Section):
-    """One training corpus of ``data.train``: two line-aligned files and its weight."""
+    """One training corpus of ``data.train``: two line-aligned files, its weight and, for a
+    multilingual model, its languages."""
 
     src: str = Field(description="source-side file (plain or gzip), line-aligned with tgt")
     tgt: str = Field(description="target-side file (plain or gzip)")
     weight: float = Field(1.0, gt=0, description="how many times an epoch samples each pair of this corpus: 1 "
                           "once, 2 twice, 0.5 a random half drawn anew every epoch (fractions sampled without "
                           "replacement, seeded by train.seed and the epoch)")
+    src_lang: str | None = Field(None, pattern=LANGUAGE, description="language code of the source side (default "
+                                 "from data.pair)")
+    tgt_lang: str | None = Field(None, pattern=LANGUAGE, description="language code of the target side (default "
+                                 "from data.pair); corpora with different ones make a multilingual model, whose "
+                                 "sources start with a tag of the target language (attnmt.languages)")
+
+
+class ValidEntry(_Section):
+    """One validation set of ``data.valid``: a direction of a multilingual model."""
+
+    src: str = Field(description="validation source file (plain or gzip), line-aligned with tgt")
+    tgt: str = Field(description="validation target file")
+    src_lang: str = Field(pattern=LANGUAGE, description="language code of the source side")
+    tgt_lang: str = Field(pattern=LANGUAGE, description="language code of the target side")
 
 
 class FilterConfig(_Section):
@@ -76,8 +96,11 @@ class DataConfig(_Section):
     ``attnmt prepare`` (``prepared``), from which training reads no text.
     """
 
-    dataset: str | None = Field(None, description="a registered dataset (multi30k), with data.pair")
+    dataset: str | None = Field(None, description="a registered dataset (multi30k), with data.pair or data.pairs")
     pair: str | None = Field(None, description="language pair of the dataset, e.g. de-en")
+    pairs: list[str] | None = Field(
+        None, description="several language pairs of the dataset in one multilingual model, e.g. [de-en, en-de, "
+        "fr-en, en-fr]: one training corpus and one validation set per pair (instead of data.pair)")
     data_dir: str | None = Field(None, description="local directory holding the dataset (default $ATTNMT_DATA)")
     train_split: str = Field("train", description="the dataset's training split")
     valid_split: str = Field("val", description="the dataset's validation split")
@@ -92,6 +115,13 @@ class DataConfig(_Section):
         "with) must name the files, filters and weights it was prepared from, or training stops")
     valid_src: str | None = Field(None, description="validation source file")
     valid_tgt: str | None = Field(None, description="validation target file")
+    valid: list[ValidEntry] | None = Field(
+        None, description="several validation sets, one per direction of a multilingual model "
+        "(instead of valid_src/valid_tgt): [{src, tgt, src_lang, tgt_lang}, ...]")
+    sampling_temperature: float = Field(
+        1.0, gt=0, description="temperature T of the sampling of several corpora (Arivazhagan et al., 2019): corpus "
+        "c is drawn in proportion to (its pairs x weight) ** (1/T); 1 keeps their sizes' proportions, larger T "
+        "flattens them towards uniform (they used 5)")
     max_len: int = Field(100, gt=0, description="drop training and validation pairs longer than this (subword "
                          "tokens)")
     valid_max_sentences: int | None = Field(None, gt=0, description="use only the first N validation pairs")
@@ -108,10 +138,22 @@ class DataConfig(_Section):
                              "data.train (a list of {src, tgt, weight}) or data.prepared")
         if self.train is not None and not self.train:
             raise ValueError("data.train lists no corpus")
-        if self.dataset is not None and self.pair is None:
-            raise ValueError("data.dataset needs data.pair, e.g. 'de-en'")
+        if self.dataset is not None and (self.pair is None) == (self.pairs is None):
+            raise ValueError("data.dataset needs data.pair, e.g. 'de-en', or data.pairs (a list), not both")
+        if self.pairs is not None and self.dataset is None:
+            raise ValueError("data.pairs names pairs of a data.dataset; give data.dataset too")
+        for pair in [self.pair] * (self.pair is not None) + list(self.pairs or []):
+            langs = pair.split("-")
+            if len(langs) != 2 or not all(re.fullmatch(LANGUAGE, lang) for lang in langs) or langs[0] == langs[1]:
+                raise ValueError(f"data.pair {pair!r}: expected two different language codes, e.g. 'de-en'")
+        if self.pairs is not None and len(set(self.pairs)) != len(self.pairs):
+            raise ValueError("data.pairs names a pair twice")
         if (self.valid_src is None) != (self.valid_tgt is None):
             raise ValueError("give both data.valid_src and data.valid_tgt, or neither")
+        if self.valid is not None and self.valid_src is not None:
+            raise ValueError("give data.valid (a list) or data.valid_src and data.valid_tgt, not both")
+        if self.valid is not None and not self.valid:
+            raise ValueError("data.valid lists no validation set")
         return self
 
 
@@ -145,6 +187,13 @@ class TokenizerConfig(_Section):
     src_lang: str | None = Field(None, description="kind word: spaCy/Moses language code of the source; default from "
                                  "data.pair")
     tgt_lang: str | None = Field(None, description="kind word: language code of the target; default from data.pair")
+    target_languages: list[Annotated[str, Field(pattern=LANGUAGE)]] = Field(
+        default_factory=list, description="a multilingual model's target languages, each asked for by a tag token "
+        "at the start of the source (Johnson et al., 2017; attnmt.languages); filled in from the training data "
+        "when it reaches several target languages; empty: a bilingual model, no tag")
+    language_tag: str = Field(
+        "<2{}>", pattern=r"^[^{}\s]*\{\}[^{}\s]*$", description="how a target language's tag is written, {} "
+        "standing for its code: attnmt's <2fr>; an imported OPUS-MT model's >>fra<<")
 
 
 class ModelConfig(_Section):

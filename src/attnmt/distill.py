@@ -36,7 +36,7 @@ from tqdm import tqdm
 from attnmt import rundir
 from attnmt.config import Config, config_from_dict
 from attnmt.data.corpus import sha256_file
-from attnmt.data.prepare import iter_lines, training_corpora, validation_files
+from attnmt.data.prepare import iter_lines, training_corpora, validation_sets
 from attnmt.errors import ConfigError
 from attnmt.train.checkpoint import LAST_STATE
 from attnmt.train.trainer import TrainResult, train
@@ -137,7 +137,7 @@ def student_config(config: Config, source: Path, distilled: Path, original: Path
     """
     raw = config.model_dump(mode="json")
     data = raw["data"]
-    valid = validation_files(config, data_dir)
+    valid = validation_sets(config, data_dir)
     for key in ("dataset", "data_dir", "train_src", "train_tgt", "train", "valid_src", "valid_tgt"):
         data[key] = None
     if mix_original > 0:
@@ -145,8 +145,8 @@ def student_config(config: Config, source: Path, distilled: Path, original: Path
                          {"src": str(source), "tgt": str(original), "weight": mix_original}]
     else:
         data["train_src"], data["train_tgt"] = str(source), str(distilled)
-    if valid is not None:
-        data["valid_src"], data["valid_tgt"] = map(str, valid)
+    if valid:
+        data["valid_src"], data["valid_tgt"] = str(valid[0].src), str(valid[0].tgt)
     return config_from_dict(raw, origin="the student configuration")
 
 

@@ -36,12 +36,19 @@ The validation pairs (the first ``data.valid_max_sentences``, if set) are prepar
 the ``empty`` and ``too_long`` filters only, so that a validation line too long for the model
 never reaches it.
 
+A multilingual model (``attnmt.languages``: corpora with several target languages) differs in
+three places: its one SentencePiece model is trained on a sample balanced across languages
+(:func:`sample_by_language`) with the tags reserved; every source starts with the tag of its
+corpus' target language (counted in ``data.max_len``); and each direction's validation set is
+a split of its own (``valid.0``, ``valid.1``, ... listed in the manifest's ``valid_sets``).
+
 Library: multiprocessing (the worker pool), hashlib, numpy, tqdm, sentencepiece.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import gzip
 import hashlib
 import itertools
@@ -57,6 +64,7 @@ from typing import Iterator
 import numpy as np
 from tqdm import tqdm
 
+from attnmt import languages
 from attnmt.config import Config
 from attnmt.data import shards
 from attnmt.data.blocks import HashedReader, TextChunk, pair_chunks, whole_lines
@@ -169,30 +177,38 @@ class Reservoir:
 
 @dataclass(frozen=True)
 class Corpus:
-    """One training corpus: its files and weight (``data.train``)."""
+    """One training corpus (``data.train``) or validation set: its files, weight and languages
+    (None where the configuration does not say)."""
 
     name: str
     src: Path
     tgt: Path
     weight: float = 1.0
+    src_lang: str | None = None
+    tgt_lang: str | None = None
 
 
 def training_corpora(config: Config, data_dir: str | None = None) -> list[Corpus]:
-    """The training corpora a configuration names: the dataset's train split, the single
-    ``train_src``/``train_tgt`` pair, or the entries of ``data.train``.
+    """The training corpora a configuration names: the dataset's train split (of each of
+    ``data.pairs``), the single ``train_src``/``train_tgt`` pair, or the entries of ``data.train``.
 
     Raises:
         ConfigError: the configuration has only a prepared directory (no text to read).
         DataError: see ``attnmt.data.corpus.dataset_pair_files``.
     """
-    d = config.data
+    d, (src_lang, tgt_lang) = config.data, config.languages()
+    if d.pairs is not None:
+        return [Corpus(f"{d.dataset}.{d.train_split}.{pair}", *dataset_pair_files(
+            d.dataset, pair, d.train_split, data_dir or d.data_dir), 1.0, *pair.split("-")) for pair in d.pairs]
     if d.dataset is not None:
         return [Corpus(f"{d.dataset}.{d.train_split}", *dataset_pair_files(d.dataset, d.pair, d.train_split,
-                                                                           data_dir or d.data_dir))]
+                                                                           data_dir or d.data_dir), 1.0,
+                       src_lang, tgt_lang)]
     if d.train is not None:
-        return [Corpus(f"train[{i}]", Path(e.src), Path(e.tgt), e.weight) for i, e in enumerate(d.train)]
+        return [Corpus(f"train[{i}]", Path(e.src), Path(e.tgt), e.weight, e.src_lang or src_lang,
+                       e.tgt_lang or tgt_lang) for i, e in enumerate(d.train)]
     if d.train_src is not None:
-        return [Corpus("train", Path(d.train_src), Path(d.train_tgt))]
+        return [Corpus("train", Path(d.train_src), Path(d.train_tgt), 1.0, src_lang, tgt_lang)]
     raise ConfigError(f"data.prepared is set ({d.prepared}): this configuration names no text files")
 
 
@@ -202,13 +218,31 @@ def names_text(config: Config) -> bool:
     return d.dataset is not None or d.train is not None or d.train_src is not None
 
 
-def validation_files(config: Config, data_dir: str | None = None) -> tuple[Path, Path] | None:
-    """(source, target) of the validation split, or None if the configuration has none."""
-    d = config.data
-    if d.dataset is not None:
-        return None if d.valid_split is None else dataset_pair_files(d.dataset, d.pair, d.valid_split,
-                                                                     data_dir or d.data_dir)
-    return (Path(d.valid_src), Path(d.valid_tgt)) if d.valid_src else None
+def validation_sets(config: Config, data_dir: str | None = None) -> list[Corpus]:
+    """The validation sets: the dataset's validation split (of each of ``data.pairs``), the
+    ``valid_src``/``valid_tgt`` pair or the entries of ``data.valid``; [] if none. A set is
+    named by its direction ('de-en') where the configuration gives its languages.
+
+    Raises:
+        DataError: see ``attnmt.data.corpus.dataset_pair_files``.
+    """
+    d, (src_lang, tgt_lang) = config.data, config.languages()
+    if d.dataset is not None and d.valid_split is not None:
+        return [Corpus(pair, *dataset_pair_files(d.dataset, pair, d.valid_split, data_dir or d.data_dir), 1.0,
+                       *pair.split("-")) for pair in (d.pairs or [d.pair])]
+    if d.valid is not None:
+        return [Corpus(f"{e.src_lang}-{e.tgt_lang}", Path(e.src), Path(e.tgt), 1.0, e.src_lang, e.tgt_lang)
+                for e in d.valid]
+    if d.valid_src is not None:
+        name = f"{src_lang}-{tgt_lang}" if src_lang and tgt_lang else "valid"
+        return [Corpus(name, Path(d.valid_src), Path(d.valid_tgt), 1.0, src_lang, tgt_lang)]
+    return []
+
+
+def valid_split(index: int, multilingual: bool) -> str:
+    """The shard split of validation set ``index``: 'valid' (a bilingual model's only set), else
+    'valid.N'."""
+    return f"valid.{index}" if multilingual else "valid"
 
 
 def _check_readable(paths: list[Path]) -> None:
@@ -260,6 +294,33 @@ def sample_lines(corpora: list[Corpus], capacity: int, seed: int) -> tuple[list[
     return samples[0], samples[1]
 
 
+def sample_by_language(corpora: list[Corpus], capacity: int, seed: int) -> list[str]:
+    """A multilingual model's tokenizer sample, balanced across languages: for each language
+    (in order of first appearance) a seeded sample (:class:`Reservoir`) of at most
+    ``capacity / languages`` of its lines, from every distinct file in that language (a file
+    several corpora share is read once), without empty lines.
+
+    Raises:
+        DataError: see :class:`~attnmt.data.blocks.HashedReader`; or no non-empty line.
+    """
+    files: dict[str, list[Path]] = {}
+    for corpus in corpora:
+        for lang, path in ((corpus.src_lang, corpus.src), (corpus.tgt_lang, corpus.tgt)):
+            if path not in files.setdefault(lang, []):
+                files[lang].append(path)
+    lines: list[str] = []
+    for stream, (lang, paths) in enumerate(files.items()):
+        reservoir = Reservoir(max(1, capacity // len(files)), seed, stream)
+        for path in paths:
+            for data, ends in whole_lines(HashedReader(path).blocks()):
+                reservoir.add(data, ends)
+        lines += reservoir.lines()
+        log.info("tokenizer sample: %d of %d %s lines", len(reservoir.slots), reservoir.seen, lang)
+    if not lines:
+        _no_pair(corpora)
+    return lines
+
+
 def train_tokenizers(config: Config, src_lines: list[str], tgt_lines: list[str]
                      ) -> tuple[Tokenizer | WordTokenizer, Tokenizer | WordTokenizer]:
     """SentencePiece model(s), or word vocabularies (``tokenizer.kind word``), trained on the
@@ -269,10 +330,18 @@ def train_tokenizers(config: Config, src_lines: list[str], tgt_lines: list[str]
         DataError: no non-empty line, or SentencePiece cannot train on the text.
     """
     tc = config.tokenizer
+    if tc.target_languages and (tc.kind == "word" or not tc.joint):
+        raise ConfigError("a multilingual model needs one SentencePiece vocabulary for all its languages: set "
+                          "tokenizer.kind sentencepiece and tokenizer.joint true")
     if tc.kind == "word":
         return _train_word_tokenizers(config, src_lines, tgt_lines)
     options = dict(vocab_size=tc.vocab_size, model_type=tc.model_type, character_coverage=tc.character_coverage,
                    max_sentences=tc.max_sentences, seed=config.train.seed)
+    if tc.target_languages:  # multilingual: one model over every language, the tags reserved
+        log.info("training a joint SentencePiece %s model (%d pieces) with the tags %s", tc.model_type,
+                 tc.vocab_size, " ".join(languages.tags(config)))
+        tok = Tokenizer.train(src_lines + tgt_lines, **options, user_symbols=languages.tags(config))
+        return tok, tok
     if tc.joint:
         log.info("training a joint SentencePiece %s model (%d pieces)", tc.model_type, tc.vocab_size)
         tok = Tokenizer.train(src_lines + tgt_lines, **options)
@@ -326,6 +395,7 @@ class Filters:
     max_length_ratio: float | None = None
     copies: bool = False
     dedup: bool = False
+    prefix: tuple[int, ...] = ()  # ids put in front of every source: a multilingual model's tag (counted in max_len)
 
 
 @dataclass
@@ -354,6 +424,8 @@ def encode_chunk(src_lines: list[str], tgt_lines: list[str], src_tok, tgt_tok, f
     chunks: the caller applies it to :attr:`Chunk.hashes`)."""
     nonempty = np.array([i for i, (s, t) in enumerate(zip(src_lines, tgt_lines)) if s and t], dtype=np.int64)
     src_ids = src_tok.encode_batch([src_lines[i] for i in nonempty])
+    if filters.prefix:
+        src_ids = [[*filters.prefix, *ids] for ids in src_ids]
     tgt_ids = tgt_tok.encode_batch([tgt_lines[i] for i in nonempty])
     src_len = np.fromiter(map(len, src_ids), np.int64, len(nonempty))
     tgt_len = np.fromiter(map(len, tgt_ids), np.int64, len(nonempty))
@@ -498,7 +570,8 @@ def _drop_duplicates(chunk: Chunk, seen: HashSet64) -> int:
 
 
 def _write_training_split(staging: Path, corpora: list[Corpus], tokenizers, filters: Filters, dtype: np.dtype,
-                          workers: int, shard_pairs: int, progress: bool) -> tuple[list[dict], list[dict], SplitStats]:
+                          workers: int, shard_pairs: int, progress: bool, prefixes: dict[str, tuple[int, ...]]
+                          ) -> tuple[list[dict], list[dict], SplitStats]:
     writer, total, seen = shards.ShardWriter(staging, "train", dtype, shard_pairs), SplitStats(), HashSet64()
     entries, t0, done = [], time.monotonic(), 0  # done: bytes of the corpora read whole
     size = sum(p.stat().st_size for c in corpora for p in (c.src, c.tgt))
@@ -508,7 +581,8 @@ def _write_training_split(staging: Path, corpora: list[Corpus], tokenizers, filt
         for corpus in corpora:
             stats, start, readers = SplitStats(), total.pairs, (HashedReader(corpus.src), HashedReader(corpus.tgt))
             jobs = pair_chunks(*readers, CHUNK_PAIRS)
-            for chunk, job in encode_stream(jobs, *tokenizers, filters, dtype, workers):
+            settings = dataclasses.replace(filters, prefix=prefixes[corpus.name])
+            for chunk, job in encode_stream(jobs, *tokenizers, settings, dtype, workers):
                 duplicates = _drop_duplicates(chunk, seen) if filters.dedup else 0
                 writer.add(chunk.src, chunk.src_len, chunk.tgt, chunk.tgt_len)
                 stats.add(chunk, job.lines, duplicates)
@@ -519,26 +593,51 @@ def _write_training_split(staging: Path, corpora: list[Corpus], tokenizers, filt
             done += sum(r.read_bytes for r in readers)
             entries.append({"name": corpus.name, "weight": corpus.weight, "start": start, "lines": stats.lines,
                             "pairs": stats.pairs, "dropped": stats.dropped, "src": readers[0].record(),
-                            "tgt": readers[1].record()})
+                            "tgt": readers[1].record(), **_languages(corpus, prefixes)})
             log.info("%s: %d of %d pairs kept; dropped %s", corpus.name, stats.pairs, stats.lines,
                      ", ".join(f"{n} {k}" for k, n in stats.dropped.items() if n) or "none")
     return writer.close(), entries, total
 
 
-def _write_validation_split(staging: Path, files: tuple[Path, Path], tokenizers, max_len: int, limit: int | None,
-                            dtype: np.dtype) -> dict:
-    writer, stats, refs = shards.ShardWriter(staging, "valid", dtype), SplitStats(), []
-    for job in pair_chunks(HashedReader(files[0]), HashedReader(files[1]), CHUNK_PAIRS, limit):
+def _write_validation_split(staging: Path, split: str, files: Corpus, tokenizers, max_len: int, limit: int | None,
+                            dtype: np.dtype, prefix: tuple[int, ...]) -> dict:
+    writer, stats, refs = shards.ShardWriter(staging, split, dtype), SplitStats(), []
+    for job in pair_chunks(HashedReader(files.src), HashedReader(files.tgt), CHUNK_PAIRS, limit):
         lines = decode_pairs(job)
-        chunk = encode_chunk(*lines, *tokenizers, Filters(max_len), dtype)
+        chunk = encode_chunk(*lines, *tokenizers, Filters(max_len, prefix=prefix), dtype)
         writer.add(chunk.src, chunk.src_len, chunk.tgt, chunk.tgt_len)
         stats.add(chunk, job.lines, 0)
         refs.extend(lines[1][i] for i in chunk.kept)
-    (staging / shards.VALID_REFS).write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    (staging / shards.refs_file(split)).write_text("".join(r + "\n" for r in refs), encoding="utf-8")
     if stats.dropped["too_long"]:
-        log.warning("validation: %d pairs longer than %d subwords left out", stats.dropped["too_long"], max_len)
+        log.warning("validation %s: %d pairs longer than %d subwords left out", files.name,
+                    stats.dropped["too_long"], max_len)
     return {"shards": writer.close(), "lines": stats.lines, "pairs": stats.pairs, "dropped": stats.dropped,
-            "src": file_record(files[0]), "tgt": file_record(files[1])}
+            "src": file_record(files.src), "tgt": file_record(files.tgt)}
+
+
+def _languages(corpus: Corpus, prefixes: dict[str, tuple[int, ...]]) -> dict:
+    """A multilingual corpus' languages for its manifest entry ({} for a bilingual model's)."""
+    return {"src_lang": corpus.src_lang, "tgt_lang": corpus.tgt_lang} if prefixes[corpus.name] else {}
+
+
+def _prefixes(config: Config, sets: list[Corpus], src_tok) -> dict[str, tuple[int, ...]]:
+    """Each corpus' or validation set's source prefix, by name: the tag of its target
+    language for a multilingual model (``attnmt.languages``), else ().
+
+    Raises:
+        ConfigError: a multilingual model's corpus without a target language, or one the
+            model does not know.
+    """
+    if not config.tokenizer.target_languages:
+        return {c.name: () for c in sets}
+    out = {}
+    for c in sets:
+        if c.tgt_lang is None:
+            raise ConfigError(f"{c.src}: a multilingual model needs the target language of every corpus and "
+                              "validation set (tgt_lang, or data.valid entries)")
+        out[c.name] = tuple(languages.source_prefix(config, src_tok, c.tgt_lang))
+    return out
 
 
 def fingerprint(manifest: dict) -> str:
@@ -549,6 +648,10 @@ def fingerprint(manifest: dict) -> str:
     valid = manifest.get("valid")
     key = {"inputs": inputs, "valid": valid and (valid["src"]["sha256"], valid["tgt"]["sha256"]),
            "filters": manifest["filters"], "tokenizers": manifest["tokenizers"], "dtype": manifest["token_dtype"]}
+    if manifest.get("valid_sets"):  # multilingual: every set's files and every corpus' target language (its tag)
+        key["valid_sets"] = [(v["name"], manifest[v["split"]]["src"]["sha256"], manifest[v["split"]]["tgt"]["sha256"])
+                             for v in manifest["valid_sets"]]
+        key["directions"] = [(c.get("src_lang"), c.get("tgt_lang")) for c in manifest["train"]["corpora"]]
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
@@ -573,19 +676,24 @@ def prepare(config: Config, output: str | Path, tokenizers: tuple | None = None,
         ConfigError: no training pair left after filtering. WriteError: ``output`` exists or
             cannot be written.
     """
-    t0, d = time.monotonic(), config.data
-    corpora, valid_files = training_corpora(config, data_dir), validation_files(config, data_dir)
-    _check_readable([p for c in corpora for p in (c.src, c.tgt)] + list(valid_files or ()))
-    if tokenizers is None:
+    t0, config = time.monotonic(), languages.resolve(config)
+    d, multilingual = config.data, bool(config.tokenizer.target_languages)
+    corpora, valid_sets = training_corpora(config, data_dir), validation_sets(config, data_dir)
+    _check_readable([p for c in corpora + valid_sets for p in (c.src, c.tgt)])
+    if tokenizers is None and multilingual:
+        lines = sample_by_language(corpora, config.tokenizer.max_sentences, config.train.seed)
+        tokenizers = train_tokenizers(config, lines, [])
+    elif tokenizers is None:
         tokenizers = train_tokenizers(config, *sample_lines(corpora, config.tokenizer.max_sentences,
                                                             config.train.seed))
+    prefixes = _prefixes(config, corpora + valid_sets, tokenizers[0])
     t_tokenizers = time.monotonic() - t0
     dtype = np.dtype(dtype or shards.token_dtype(max(len(tokenizers[0]), len(tokenizers[1]))))
     filters = Filters(d.max_len, d.filter.max_length_ratio, d.filter.copies, d.filter.dedup)
     with shards.staging_dir(output, replace) as staging:
         hashes = save_tokenizers(staging, *tokenizers)
         shard_list, entries, total = _write_training_split(staging, corpora, tokenizers, filters, dtype, workers,
-                                                           shard_pairs, progress)
+                                                           shard_pairs, progress, prefixes)
         _check_kept(corpora, total)
         manifest = {"format": shards.FORMAT, "token_dtype": dtype.name, "tokenizers": hashes,
                     "filters": {"max_len": d.max_len, **d.filter.model_dump(mode="json"),
@@ -593,8 +701,14 @@ def prepare(config: Config, output: str | Path, tokenizers: tuple | None = None,
                     "config": {"data": d.model_dump(mode="json"), "tokenizer": config.tokenizer.model_dump(mode="json")},
                     "train": {"lines": total.lines, "pairs": total.pairs, "dropped": total.dropped,
                               "shards": shard_list, "corpora": entries},
-                    "valid": valid_files and _write_validation_split(staging, valid_files, tokenizers, d.max_len,
-                                                                     d.valid_max_sentences, dtype)}
+                    "valid": None}
+        for i, valid in enumerate(valid_sets):
+            split = valid_split(i, multilingual)
+            manifest[split] = _write_validation_split(staging, split, valid, tokenizers, d.max_len,
+                                                      d.valid_max_sentences, dtype, prefixes[valid.name])
+            if multilingual:
+                manifest.setdefault("valid_sets", []).append(
+                    {"name": valid.name, "split": split, "src_lang": valid.src_lang, "tgt_lang": valid.tgt_lang})
         manifest["fingerprint"] = fingerprint(manifest)
         manifest["seconds"] = round(time.monotonic() - t0, 3)
         manifest["seconds_tokenizers"] = round(t_tokenizers, 3)  # the sampling pass and training, if any
@@ -631,15 +745,20 @@ def changed_inputs(config: Config, manifest: dict, data_dir: str | None = None) 
         if manifest["filters"].get(key) != value:
             section = "filter." * (key in type(d.filter).model_fields)
             return f"data.{section}{key} {manifest['filters'].get(key)} -> {value}"
+    multilingual = bool(manifest.get("valid_sets")) or any("tgt_lang" in c for c in prepared)
     for corpus, entry in zip(corpora, prepared):
         if corpus.weight != entry["weight"]:
             return f"{corpus.name} weight {entry['weight']} -> {corpus.weight}"
+        if multilingual and (corpus.src_lang, corpus.tgt_lang) != (entry.get("src_lang"), entry.get("tgt_lang")):
+            return f"{corpus.name} languages {entry.get('src_lang')}-{entry.get('tgt_lang')} -> " \
+                   f"{corpus.src_lang}-{corpus.tgt_lang}"
         for path, record in ((corpus.src, entry["src"]), (corpus.tgt, entry["tgt"])):
             if _file_changed(path, record):
                 return f"{path}: content differs from the prepared {record['path']}"
-    valid = validation_files(config, data_dir)
-    if (valid is None) != (manifest.get("valid") is None) or (
-            valid and any(_file_changed(p, manifest["valid"][side]) for p, side in zip(valid, ("src", "tgt")))):
+    valid = validation_sets(config, data_dir)
+    splits = [v["split"] for v in manifest.get("valid_sets") or []] or ["valid"] * (manifest.get("valid") is not None)
+    if len(valid) != len(splits) or any(_file_changed(path, manifest[split][side]) for v, split in zip(valid, splits)
+                                        for path, side in ((v.src, "src"), (v.tgt, "tgt"))):
         return "the validation files differ"
     return None
 

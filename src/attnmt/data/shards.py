@@ -9,6 +9,8 @@ files: per split (``train``, ``valid``) and shard ``k`` (at most :data:`SHARD_PA
     DATA_DIR/train.00000.tgt.bin, .tgt.idx.npy   the same for the target side
     DATA_DIR/train.00000.len.npy       int32 (pairs, 2): source and target lengths (no specials)
     DATA_DIR/valid.ref.txt             the raw target lines of the kept validation pairs (for BLEU)
+                                       (a multilingual model: splits valid.0, valid.1, ... one per
+                                       direction, listed in the manifest's valid_sets)
     DATA_DIR/manifest.json             counts, filter drops, tokenizer hashes, config, fingerprint
     DATA_DIR/spm.model (or src./tgt. models, or word vocabularies)   the tokenizers
 
@@ -44,6 +46,11 @@ MANIFEST = "manifest.json"
 FORMAT = "attnmt-prepared-1"
 SHARD_PAIRS = 2_000_000  # pairs per shard at most: files of a few hundred MB
 VALID_REFS = "valid.ref.txt"
+
+
+def refs_file(split: str) -> str:
+    """The file of a validation split's raw target lines: ``valid.ref.txt``, ``valid.1.ref.txt``."""
+    return f"{split}.ref.txt"
 
 
 def token_dtype(vocab_size: int) -> np.dtype:

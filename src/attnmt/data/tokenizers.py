@@ -76,8 +76,13 @@ class Tokenizer:
 
     @classmethod
     def train(cls, sentences: list[str], vocab_size: int, model_type: str = "unigram",
-              character_coverage: float = 1.0, max_sentences: int = 400_000, seed: int = 1) -> "Tokenizer":
+              character_coverage: float = 1.0, max_sentences: int = 400_000, seed: int = 1,
+              user_symbols: list[str] | None = None) -> "Tokenizer":
         """Train a SentencePiece model on raw sentences (empty ones skipped).
+
+        ``user_symbols``: pieces reserved whole (SentencePiece's ``user_defined_symbols``): each
+        is one piece wherever it occurs in text, never split; a multilingual model's language
+        tags (``attnmt.languages``). None or empty: none, the model of a plain bilingual run.
 
         If the text cannot support ``vocab_size`` pieces, SentencePiece's hard limit is lowered
         to what it allows (``hard_vocab_limit=False``).
@@ -93,14 +98,15 @@ class Tokenizer:
             sentences = random.Random(seed).sample(sentences, max_sentences)
         buf = io.BytesIO()
         try:
-            cls._train_into(buf, sentences, vocab_size, model_type, character_coverage)
+            cls._train_into(buf, sentences, vocab_size, model_type, character_coverage, user_symbols or [])
         except RuntimeError as e:
             raise DataError(f"cannot train the SentencePiece model: {e}") from None
         return cls(buf.getvalue())
 
     @staticmethod
     def _train_into(buf: io.BytesIO, sentences: list[str], vocab_size: int, model_type: str,
-                    character_coverage: float) -> None:
+                    character_coverage: float, user_symbols: list[str]) -> None:
+        extra = {"user_defined_symbols": user_symbols} if user_symbols else {}
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences),
             model_writer=buf,
@@ -111,6 +117,7 @@ class Tokenizer:
             hard_vocab_limit=False,
             num_threads=2,
             minloglevel=2,
+            **extra,
         )
 
     def save(self, path: str | Path) -> None:

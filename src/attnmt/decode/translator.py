@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from attnmt import languages
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER, Config
 from attnmt.data.tokenizers import EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from attnmt.decode.alignment import align_words, word_ids
@@ -197,15 +198,21 @@ class Translator:
         return ScoredHypothesis(self.tgt_tokenizer.decode(body), list(h.tokens), pieces, list(h.token_log_probs),
                                 h.log_prob, h.score)
 
-    def encode_sources(self, sentences: list[str]) -> list[list[int]]:
-        """Source ids + EOS per sentence, truncated to the model's max_positions."""
-        limit = self.config.model.max_positions - 1
+    def encode_sources(self, sentences: list[str], tgt_lang: str | None = None) -> list[list[int]]:
+        """Source ids + EOS per sentence, truncated to the model's max_positions; a multilingual
+        model's start with the tag of ``tgt_lang`` (``attnmt.languages.source_prefix``).
+
+        Raises:
+            LanguageError: a multilingual model without ``tgt_lang``, or a language it does not know.
+        """
+        prefix = languages.source_prefix(self.config, self.src_tokenizer, tgt_lang)
+        limit = self.config.model.max_positions - 1 - len(prefix)
         ids = self.src_tokenizer.encode_batch(sentences)
         for i, s in enumerate(ids):
             if len(s) > limit:
                 log.warning("sentence %d has %d subwords; truncated to %d", i + 1, len(s), limit)
                 ids[i] = s[:limit]
-        return [s + [EOS_ID] for s in ids]
+        return [prefix + s + [EOS_ID] for s in ids]
 
     def options(self, beam_size: int | None = None, nbest: int = 1, length_penalty: float | None = None,
                 return_attention: bool = False, **overrides) -> SearchOptions:
@@ -224,6 +231,7 @@ class Translator:
         return_attention: bool = False, options: SearchOptions | None = None,
         constraints: list[list[str]] | None = None, alignments: bool = False, alignment_layer: int | None = None,
         on_step: Callable[[int, list[int]], bool] | None = None, return_token_log_probs: bool = True,
+        tgt_lang: str | None = None,
     ) -> list[Translation]:
         """Translate raw sentences.
 
@@ -251,12 +259,16 @@ class Translator:
             return_token_log_probs: False lets an engine leave ``token_log_probs`` empty where
                 they would cost it a forced-decoding pass (CTranslate2's early-stopping search);
                 ``log_prob`` and ``score`` are always filled.
+            tgt_lang: the language to translate into: required by a multilingual model (one
+                of ``config.tokenizer.target_languages``); a bilingual model takes None or its
+                own target language.
         Returns:
             One :class:`Translation` per input sentence, in input order, each with ``nbest``
             hypotheses (with a model whose scores are not finite, empty ones with score -inf).
         Raises:
             ValueError: invalid options, a constraint list per sentence that does not match
                 ``sentences``, or an alignment layer the model lacks.
+            LanguageError: ``tgt_lang`` missing for a multilingual model, or unknown (before any work).
             ConstraintError: a phrase with no target token or an unknown one (before any work).
             UnsupportedOption: one the engine lacks (before any work), e.g. constraints, or
                 alignments (attention) with an engine other than native.
@@ -265,7 +277,8 @@ class Translator:
             options = self.options(beam_size, nbest, length_penalty, return_attention,
                                    return_token_log_probs=return_token_log_probs)
         todo = [i for i, s in enumerate(sentences) if s.strip()]
-        src_ids = self.encode_sources([sentences[i] for i in todo])
+        src_ids = self.encode_sources([sentences[i] for i in todo], tgt_lang)
+        tagged = len(languages.source_prefix(self.config, self.src_tokenizer, tgt_lang))
         warnings: dict[int, list[str]] = {}
         if constraints is not None:
             if len(constraints) != len(sentences):
@@ -287,7 +300,7 @@ class Translator:
         for k, (i, translation) in enumerate(zip(todo, done)):
             translation.warnings = warnings.get(k, [])
             if alignments:
-                self.align(src_ids[k], translation, layer)
+                self.align(src_ids[k], translation, layer, tagged)
             results[i] = translation
         if alignments:  # empty lines: empty alignments
             results = [r if i in set(todo) else Translation([replace(h, alignment=[]) for h in r.hypotheses])
@@ -359,20 +372,22 @@ class Translator:
             raise ValueError(f"the alignment layer must be between 1 and {layers}, got {layer}")
         return layer
 
-    def align(self, src_ids: list[int], translation: Translation, layer: int) -> None:
+    def align(self, src_ids: list[int], translation: Translation, layer: int, tagged: int = 0) -> None:
         """Fill each hypothesis' word alignment (``ScoredHypothesis.alignment``) from decoder
         layer ``layer`` (1-based): the best hypothesis' from ``translation.attention`` when the
         engine returned it, the others' from forced decoding (:meth:`source_attention`).
 
         Args:
             src_ids: the sentence's source ids, ending with EOS.
+            tagged: how many ids in front are a language tag (not words of the source).
         Raises:
             UnsupportedOption: an engine without the 'attention' capability (only native has it).
         """
-        src_words = word_ids(src_ids[:-1], self.src_tokenizer.decode)
+        src_words = word_ids(src_ids[tagged:-1], self.src_tokenizer.decode)
         for n, h in enumerate(translation.hypotheses):
             attention = translation.attention if n == 0 and translation.attention is not None else \
                 self.source_attention(src_ids, h.token_ids)  # (L, H, T, S)
+            attention = attention[..., tagged:]  # (L, H, T, S - tagged): the words only
             body = [t for t in h.token_ids if t != EOS_ID]
             h.alignment = align_words(attention[layer - 1].mean(dim=0), src_words,
                                       word_ids(body, self.tgt_tokenizer.decode))
@@ -421,24 +436,27 @@ class Translator:
         """Encoder-decoder attention of a forced output: float32 (L, H, T, S) (see :meth:`attention`)."""
         return self.attention(src_ids, out_ids)["source"]
 
-    def score(self, sources: list[str], targets: list[str], batch_size: int | None = None) -> list[ScoredHypothesis]:
+    def score(self, sources: list[str], targets: list[str], batch_size: int | None = None,
+              tgt_lang: str | None = None) -> list[ScoredHypothesis]:
         """Forced decoding: the log-probability of given translations under the model.
 
         Args:
             sources, targets: raw sentences, pairwise (an empty target scores only its EOS).
             batch_size: sentences per forward pass; default from the decode config.
+            tgt_lang: the targets' language (a multilingual model's tag; see :meth:`translate`).
         Returns:
             One :class:`ScoredHypothesis` per pair: ``token_ids`` are the target ids + EOS,
             ``token_log_probs`` their natural-log probabilities, ``log_prob`` = ``score`` = their sum.
         Raises:
             ValueError: different numbers of sources and targets.
             UnsupportedOption: an engine without the 'score' capability (ONNX Runtime).
+            LanguageError: see :meth:`translate`.
         """
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
         engine = self._engine("score", "forced decoding (attnmt score)")
         batch_size = batch_size or self.config.decode.batch_size
-        src_ids = self.encode_sources(sources)
+        src_ids = self.encode_sources(sources, tgt_lang)
         tgt_ids = [t + [EOS_ID] for t in self.tgt_tokenizer.encode_batch(targets)]
         results: list[ScoredHypothesis] = []
         for start in range(0, len(sources), batch_size):

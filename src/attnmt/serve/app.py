@@ -1,24 +1,28 @@
 """The HTTP API of ``attnmt serve``: FastAPI routes over a :class:`DynamicBatcher`.
 
 Routes:
-    ``POST /v1/translate``: ``{"text": str | [str], "beam_size"?, "nbest"?, "early_stopping"?,
-    "patience"?, "return_scores"?, "return_attention"?, "constraints"?, "alignments"?}`` -> ``{"translations": [...]}`` in input
-    order (:class:`TranslateResponse`); each hypothesis carries its confidence (mean token
-    log-probability, its words and their probabilities).
+    ``POST /v1/translate``: ``{"text": str | [str], "tgt_lang"?, "beam_size"?, "nbest"?,
+    "early_stopping"?, "patience"?, "return_scores"?, "return_attention"?, "constraints"?,
+    "alignments"?}`` -> ``{"translations": [...]}`` in input order (:class:`TranslateResponse`);
+    each hypothesis carries its confidence (mean token log-probability, its words and their
+    probabilities). ``tgt_lang``, the language to translate into, is required by a multilingual
+    model (``attnmt.languages``); a bilingual one takes none or its own target.
     ``POST /v1/translate/stream``: the same for one sentence, answered with Server-Sent Events:
     ``word`` events (``{"index", "word"}``) as the translation's words become final (greedy: each
     step; beam search: the prefix all live hypotheses share; ``attnmt.serve.stream``), then one
     ``done`` event whose data is the sentence's element of ``translations`` (or ``error``). A
     client that goes away stops its sentence's search at the next step.
-    ``GET /health``: 200 once the model is loaded, 503 before. ``GET /v1/models``: languages,
-    engine, model and decoding settings, limits. ``GET /metrics``: Prometheus text. ``GET /``: the page.
+    ``GET /health``: 200 once the model is loaded, 503 before. ``GET /v1/models``: languages
+    (``source_languages`` and ``target_languages`` too), engine, model and decoding settings,
+    limits. ``GET /metrics``: Prometheus text. ``GET /``: the page.
     ``POST /translate``, ``GET /languages``: LibreTranslate's API (``attnmt.serve.libre``).
 
 The translator may run any engine (``attnmt serve --engine``); an option the engine lacks
 (``return_attention`` on CTranslate2 or ONNX Runtime) is a 422 before any work.
 
 Errors are JSON ``{"detail": ...}``: 413 body over ``max_body_bytes``; 422 malformed JSON, wrong
-types, unknown fields, or a request over the sentence, character or beam limits; 503 (with
+types, unknown fields, a request over the sentence, character or beam limits, or a missing or
+unknown ``tgt_lang`` (the message names the model's languages); 503 (with
 ``Retry-After``) while loading, when the queue is full, or when shutting down; 504 when the
 translations take longer than ``request_timeout_s``. An empty string translates to an empty
 string without a search.
@@ -53,6 +57,7 @@ from attnmt.config import DEFAULT_ALIGNMENT_LAYER, DEFAULT_ATTENTION_LAYER
 from attnmt.decode.alignment import format_alignment
 from attnmt.decode.engine import UnsupportedOption, check_supported
 from attnmt.decode.translator import Translation, Translator
+from attnmt.languages import LanguageError, served_languages, target_language
 from attnmt.serve import libre
 from attnmt.serve.batcher import Closed, DynamicBatcher, Job, QueueFull
 from attnmt.serve.metrics import ServeMetrics
@@ -71,6 +76,8 @@ class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     text: str | list[str] = Field(description="one sentence, or a list of sentences translated independently")
+    tgt_lang: str | None = Field(None, description="the language to translate into: required by a multilingual model "
+                                 "(one of /v1/models' target_languages); a bilingual model's own target or none")
     beam_size: int | None = Field(None, gt=0, description="beam size K (1 = greedy); default from the model")
     nbest: int = Field(1, gt=0, description="hypotheses per sentence, best first (<= beam size)")
     early_stopping: bool | None = Field(
@@ -126,8 +133,9 @@ class TranslateResponse(BaseModel):
 @dataclass
 class SentenceRequest:
     """What one sentence of a request asks for besides the search options (a :class:`Job`'s
-    payload): its source ids (set when queued), its position in the request (from 1), the
-    attention, the word alignment, constraints, and the stream it feeds."""
+    payload): its source ids (set when queued; the first ``tagged`` are a language tag), its
+    position in the request (from 1), the attention, the word alignment, constraints, and the
+    stream it feeds."""
 
     attention: bool = False
     alignments: bool = False
@@ -135,6 +143,7 @@ class SentenceRequest:
     stream: StreamJob | None = None
     src_ids: list[int] = field(default_factory=list)
     line: int = 1
+    tagged: int = 0
 
 
 class TranslationService:
@@ -147,8 +156,13 @@ class TranslationService:
         translator: the model over any engine; searched only in the batchers' worker threads.
         settings: limits and batching parameters.
         metrics: where batches are recorded.
-        languages: (source, target) language codes, None where unknown (``/v1/models`` and the
-            LibreTranslate routes); default ``translator.config.languages()``.
+        languages: a bilingual model's (source, target) language codes, None where unknown
+            (``/v1/models`` and the LibreTranslate routes); default ``translator.config.languages()``.
+            A multilingual model's languages come from its config (``attnmt.languages.served_languages``).
+
+    Attributes:
+        multilingual: the model needs a ``tgt_lang`` (``tokenizer.target_languages`` is set).
+        sources, targets: the language codes it translates from and into (lists of str).
     """
 
     def __init__(self, translator: Translator, settings: ServeSettings, metrics: ServeMetrics,
@@ -156,6 +170,12 @@ class TranslationService:
         self.translator = translator
         self.settings = settings
         self.languages = languages or translator.config.languages()
+        self.multilingual = bool(translator.config.tokenizer.target_languages)
+        if self.multilingual:
+            self.sources, self.targets = served_languages(translator.config)
+        else:
+            source, target = self.languages
+            self.sources, self.targets = [source] if source else [], [target] if target else []
         layers = translator.config.model.num_decoder_layers
         self.attention_layer = min(settings.attention_layer or DEFAULT_ATTENTION_LAYER, layers)
         self.alignment_layer = min(DEFAULT_ALIGNMENT_LAYER, layers)
@@ -193,7 +213,7 @@ class TranslationService:
         for k, (r, a) in enumerate(zip(results, asks)):
             r.warnings = warnings.get(k, [])
             if a.alignments and not (a.stream is not None and a.stream.stopped):
-                self.translator.align(a.src_ids, r, self.alignment_layer)
+                self.translator.align(a.src_ids, r, self.alignment_layer, a.tagged)
         return [(r, self._attention(r) if a.attention else None) for r, a in zip(results, asks)]
 
     def _attention(self, result: Translation) -> torch.Tensor:
@@ -207,6 +227,26 @@ class TranslationService:
         decode = self.translator.config.decode
         early = decode.early_stopping if early_stopping is None else early_stopping
         return early, (patience if patience is not None else decode.patience if early else 1.0)
+
+    def targets_of(self, source: str) -> list[str]:
+        """The languages ``source`` translates into: a multilingual model's every target but
+        ``source`` itself (zero-shot directions included), a bilingual model's target from its
+        source; [] for a language it does not read."""
+        if source not in self.sources:
+            return []
+        return [t for t in self.targets if t != source] if self.multilingual else list(self.targets)
+
+    def target_language(self, tgt_lang: str | None) -> str | None:
+        """A request's ``tgt_lang`` checked against the model (``attnmt.languages.target_language``):
+        the tag's language, or None for a bilingual model.
+
+        Raises:
+            LanguageError: missing for a multilingual model, or a language the model does not
+                translate into (the message names those it does).
+        """
+        if not self.multilingual and tgt_lang is not None and self.targets and tgt_lang not in self.targets:
+            raise LanguageError(f"this model translates into {self.targets[0]} only, not {tgt_lang!r}")
+        return target_language(self.translator.config, tgt_lang)
 
     def check(self, beam_size: int, nbest: int, attention: bool, constraints: bool = False,
               streaming: bool = False, early_stopping: bool | None = None, patience: float | None = None) -> None:
@@ -226,23 +266,27 @@ class TranslationService:
 
     async def submit(self, texts: list[str], beam_size: int, nbest: int, attention: bool,
                      asks: list[SentenceRequest] | None = None, early_stopping: bool | None = None,
-                     patience: float | None = None) -> list[Job]:
+                     patience: float | None = None, tgt_lang: str | None = None) -> list[Job]:
         """Queue the non-empty ``texts`` in a batcher, tokenised once in a worker thread (not on
-        the event loop); ``asks`` are their requests (default: attention as given). Requests that
-        need attention (``attention``, alignments) go to the attention batcher. Only sentences
-        with the same search options (beam size, n-best, attention, :meth:`stopping_rule`) share
-        a batch.
+        the event loop), a multilingual model's with the tag of ``tgt_lang`` in front (checked
+        first: :meth:`target_language`); ``asks`` are their requests (default: attention as
+        given). Requests that need attention (``attention``, alignments) go to the attention
+        batcher. Only sentences with the same search options (beam size, n-best, attention,
+        :meth:`stopping_rule`) share a batch; the target language is not among them, since its
+        tag is part of the source ids.
 
         Raises:
+            LanguageError: see :meth:`target_language` (before anything is queued).
             QueueFull, Closed: from :meth:`DynamicBatcher.submit`.
         """
         loop = asyncio.get_running_loop()
+        tagged = 0 if self.target_language(tgt_lang) is None else 1
         asks = asks or [SentenceRequest(attention=attention) for _ in texts]
         todo = [i for i, t in enumerate(texts) if t.strip()]
-        src_ids = await loop.run_in_executor(None, self.translator.encode_sources, [texts[i] for i in todo])
+        src_ids = await loop.run_in_executor(None, self.translator.encode_sources, [texts[i] for i in todo], tgt_lang)
         needs_attention = attention or any(a.alignments for a in asks)
         for i, ids in zip(todo, src_ids):
-            asks[i].src_ids, asks[i].line = ids, i + 1
+            asks[i].src_ids, asks[i].line, asks[i].tagged = ids, i + 1, tagged
         key = (beam_size, nbest, needs_attention, *self.stopping_rule(early_stopping, patience))
         jobs = [Job(texts[i], len(ids), key, beam_size, asks[i], loop.create_future(), loop)
                 for i, ids in zip(todo, src_ids)]
@@ -272,15 +316,17 @@ class TranslationService:
 
     async def translate(self, texts: list[str], beam_size: int, nbest: int, attention: bool,
                         asks: list[SentenceRequest] | None = None, early_stopping: bool | None = None,
-                        patience: float | None = None) -> list[tuple[Translation, torch.Tensor | None]]:
-        """Translate through a batcher (:meth:`submit`, then :meth:`results`); empty (or blank)
-        strings at once.
+                        patience: float | None = None, tgt_lang: str | None = None
+                        ) -> list[tuple[Translation, torch.Tensor | None]]:
+        """Translate through a batcher (:meth:`submit`, then :meth:`results`) into ``tgt_lang``;
+        empty (or blank) strings at once.
 
         Raises:
+            LanguageError: see :meth:`target_language` (before anything is queued).
             QueueFull, Closed: from :meth:`DynamicBatcher.submit`.
             TimeoutError: not done within ``request_timeout_s`` (the jobs are then dropped).
         """
-        jobs = await self.submit(texts, beam_size, nbest, attention, asks, early_stopping, patience)
+        jobs = await self.submit(texts, beam_size, nbest, attention, asks, early_stopping, patience, tgt_lang)
         return await self.results(texts, jobs, attention)
 
     def respond(self, results: list[tuple[Translation, torch.Tensor | None]], scores: bool,
@@ -306,11 +352,15 @@ class TranslationService:
         return TranslateResponse(translations=out)
 
     def describe(self, name: str) -> dict:
-        """The ``/v1/models`` entry: languages, engine, model size, decoding defaults, limits
-        (any model directory: trained, imported or exported)."""
+        """The ``/v1/models`` entry: languages (a bilingual model's ``source_language`` and
+        ``target_language``, None for a multilingual one; every model's ``source_languages`` and
+        ``target_languages``; ``multilingual``: requests need a ``tgt_lang``), engine, model size,
+        decoding defaults, limits (any model directory: trained, imported or exported)."""
         config, tr, engine = self.translator.config, self.translator, self.translator.engine
         m, dc = config.model, config.decode
-        return {"id": name, "source_language": self.languages[0], "target_language": self.languages[1],
+        pair = (None, None) if self.multilingual else self.languages
+        return {"id": name, "source_language": pair[0], "target_language": pair[1],
+                "multilingual": self.multilingual, "source_languages": self.sources, "target_languages": self.targets,
                 "engine": {"name": engine.name, "device": engine.device, "precision": tr.precision,
                            "supports": sorted(engine.supports)},
                 "model": {"d_model": m.d_model, "num_heads": m.num_heads, "d_ff": m.d_ff,
@@ -499,7 +549,7 @@ def _add_translate_route(app: FastAPI, state: _AppState) -> None:
         retry = {"Retry-After": str(s.retry_after_s)}
         try:
             results = await service.translate(texts, beam_size, request.nbest, request.return_attention, asks,
-                                              request.early_stopping, request.patience)
+                                              request.early_stopping, request.patience, request.tgt_lang)
         except QueueFull as e:
             raise HTTPException(503, f"too busy: {e}", headers=retry) from None
         except Closed as e:
@@ -521,7 +571,7 @@ def _add_translate_route(app: FastAPI, state: _AppState) -> None:
         asks[0].stream = StreamJob(service.translator.tgt_tokenizer.decode, asyncio.get_running_loop())
         try:
             jobs = await service.submit(texts, beam_size, request.nbest, request.return_attention, asks,
-                                        request.early_stopping, request.patience)
+                                        request.early_stopping, request.patience, request.tgt_lang)
         except (QueueFull, Closed) as e:
             raise HTTPException(503, f"too busy: {e}" if isinstance(e, QueueFull) else str(e),
                                 headers={"Retry-After": str(s.retry_after_s)}) from None
@@ -532,7 +582,8 @@ def _checked(request: TranslateRequest, service: TranslationService, s: ServeSet
              ) -> tuple[list[str], int, list[SentenceRequest]]:
     """The texts, the beam size and each sentence's :class:`SentenceRequest`; a 422 for a request
     over a limit, with text that is not Unicode (a lone surrogate), with constraints that do not
-    match its texts or that the target vocabulary cannot spell, or asking what the engine lacks."""
+    match its texts or that the target vocabulary cannot spell, asking what the engine lacks, or
+    with a ``tgt_lang`` missing (a multilingual model) or unknown."""
     texts = [request.text] if isinstance(request.text, str) else request.text
     beam_size = request.beam_size or service.translator.config.decode.beam_size
     constraints = request.constraints
@@ -551,6 +602,10 @@ def _checked(request: TranslateRequest, service: TranslationService, s: ServeSet
     problem = problem or libre.not_unicode(texts, "sentence") or libre.not_unicode(phrases, "constraint")
     if problem:
         raise HTTPException(422, problem)
+    try:
+        service.target_language(request.tgt_lang)
+    except LanguageError as e:
+        raise HTTPException(422, str(e)) from None
     try:
         service.check(beam_size, request.nbest, request.return_attention or request.alignments,
                       constraints=bool(constraints and any(constraints)), streaming=streaming,

@@ -3,19 +3,23 @@ clients work unchanged (``libretranslatepy``, ``deep-translator``'s ``LibreTrans
 
 Routes (the request and error shapes of LibreTranslate's API):
     ``POST /translate``: ``q`` (a string, or with a JSON body a list of strings), ``source``
-    (a language code, or ``auto``: the model's source language), ``target``, ``format``
-    (``text``; default text), ``api_key`` (ignored). The fields come from a JSON body, or from
-    the query string and a form body (urlencoded or multipart). Answers
-    ``{"translatedText": str | [str]}`` (with ``"detectedLanguage"`` for ``auto``). Each line
-    of a text is translated as a sentence of its own; empty lines stay empty.
-    ``GET /languages``: ``[{"code", "name", "targets"}]``: the model's source language with its
-    target, and the target language (no targets).
+    (a language code, or ``auto``: the model's source language; a multilingual model reading
+    several languages refuses it, detecting none), ``target`` (a multilingual model's
+    ``tgt_lang``), ``format`` (``text``; default text), ``api_key`` (ignored). The fields come
+    from a JSON body, or from the query string and a form body (urlencoded or multipart).
+    Answers ``{"translatedText": str | [str]}`` (with ``"detectedLanguage"`` for ``auto``). Each
+    line of a text is translated as a sentence of its own; empty lines stay empty.
+    ``GET /languages``: ``[{"code", "name", "targets"}]``: each source language with the
+    languages it translates into, then the target languages that are not sources (no
+    targets). A bilingual model lists its source with its target; a multilingual model every
+    source with every target but itself (``attnmt.languages.served_languages``; directions it
+    was not trained on are zero-shot).
 
 Errors are ``{"error": message}``: 400 for a body that is not JSON or not an object, a missing
 field, a field that is not a string, text that is not Unicode (a lone surrogate), a language
-the model does not serve (``"fr is not supported"``), a pair it does not translate, a format
-other than text, or a request over the server's limits; 503 while loading or when the queue is full; 504 on time
-out.
+the model does not serve (``"fr is not supported"``), a pair it does not translate, ``auto``
+where the source cannot be told, a format other than text, or a request over the server's
+limits; 503 while loading or when the queue is full; 504 on time out.
 
 Library: FastAPI / Starlette (python-multipart reads form bodies), Babel (language names).
 """
@@ -76,13 +80,13 @@ def add_routes(app: FastAPI, ready: Callable) -> None:
 
     @app.get("/languages", tags=["LibreTranslate"])
     async def languages() -> Response:
-        """The model's languages, LibreTranslate's shape."""
+        """The model's languages, each with those it translates into, LibreTranslate's shape."""
         try:
-            source, target = ready().languages
+            service = ready()
         except HTTPException as e:
             return _error(e.status_code, str(e.detail), e.headers)
-        out = [{"code": code, "name": language_name(code), "targets": [target] if code == source and target else []}
-               for code in dict.fromkeys(c for c in (source, target) if c)]
+        out = [{"code": code, "name": language_name(code), "targets": service.targets_of(code)}
+               for code in dict.fromkeys(service.sources + service.targets)]
         return JSONResponse(out)
 
     @app.post("/translate", tags=["LibreTranslate"])
@@ -105,14 +109,16 @@ def add_routes(app: FastAPI, ready: Callable) -> None:
         problem = not_unicode(texts, "q")
         if problem:
             return _error(400, f"Invalid request: {problem}")
-        served_source, served_target = service.languages
         detected = source == "auto"
-        if detected:
-            source = served_source or source
+        if detected and len(service.sources) == 1:
+            source = service.sources[0]
+        elif detected and service.multilingual:
+            return _error(400, f"auto detection is not supported by a multilingual model; give source (one of "
+                               f"{', '.join(service.sources)})")
         for code in (source, target):
-            if code not in (served_source, served_target):
+            if code not in service.sources + service.targets:
                 return _error(400, f"{code} is not supported")
-        if (source, target) != (served_source, served_target):
+        if target not in service.targets_of(source):
             return _error(400, f"{language_name(target)} ({target}) is not available as a target language from "
                                f"{language_name(source)} ({source})")
         text_format = fields.get("format") or "text"
@@ -126,7 +132,8 @@ def add_routes(app: FastAPI, ready: Callable) -> None:
         if longest > s.max_chars:
             return _error(400, f"Invalid request: request ({longest}) exceeds text limit ({s.max_chars})")
         try:
-            results = await service.translate(lines, service.translator.config.decode.beam_size, 1, False)
+            results = await service.translate(lines, service.translator.config.decode.beam_size, 1, False,
+                                              tgt_lang=target if service.multilingual else None)
         except (QueueFull, Closed) as e:
             return _error(503, f"Slowdown: {e}", {"Retry-After": str(s.retry_after_s)})
         except TimeoutError:

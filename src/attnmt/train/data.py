@@ -40,6 +40,7 @@ from attnmt.data.plan import GENERATOR, Buckets, Share, epoch_plan, epoch_size
 from attnmt.data.prepare import changed_inputs, names_text, prepare, training_corpora
 from attnmt.data.tokenizers import Tokenizer, WordTokenizer
 from attnmt.errors import ConfigError, DataError
+from attnmt.languages import temperature_weights
 from attnmt.train import distributed
 
 log = logging.getLogger(__name__)
@@ -49,14 +50,24 @@ SMALL_INPUT_BYTES = 16 << 20  # inputs below this are encoded in-process (a work
 
 
 @dataclass
+class ValidSet:
+    """One validation set: its name (a multilingual model's direction, 'de-en'; else the
+    direction or 'valid'), its encoded pairs (sources with their language tag, if any) and
+    the raw target lines of the kept pairs (the references of BLEU)."""
+
+    name: str
+    pairs: EncodedCorpus
+    refs: list[str]
+
+
+@dataclass
 class CorpusData:
-    """The prepared training pairs (memory-mapped), the validation pairs and the tokenizers."""
+    """The prepared training pairs (memory-mapped), the validation sets and the tokenizers."""
 
     src_tok: Tokenizer | WordTokenizer
     tgt_tok: Tokenizer | WordTokenizer
     train: shards.ShardedCorpus
-    valid: EncodedCorpus | None = None
-    valid_refs: list[str] = field(default_factory=list)  # raw target lines of the kept validation pairs
+    valid_sets: list[ValidSet] = field(default_factory=list)  # one per direction of a multilingual model
     manifest: dict = field(default_factory=dict)
     directory: Path | None = None
 
@@ -212,13 +223,14 @@ def _open(directory: Path, manifest: dict, src_tok, tgt_tok) -> CorpusData:
     log.info("training data %s: %d pairs in %d shard(s) (%s tokens; dropped when prepared: %s)", directory,
              len(train), len(manifest["train"]["shards"]), manifest["token_dtype"],
              ", ".join(f"{n} {k}" for k, n in train.dropped.items() if n) or "none")
-    if manifest.get("valid"):
-        valid = shards.ShardedCorpus(directory, "valid", manifest)
+    sets = manifest.get("valid_sets") or [{"name": "valid", "split": "valid"}] * bool(manifest.get("valid"))
+    for entry in sets:
+        valid = shards.ShardedCorpus(directory, entry["split"], manifest)
         src, tgt = valid.pairs(range(len(valid)))
-        data.valid = EncodedCorpus([s.tolist() for s in src], [t.tolist() for t in tgt],
-                                   dropped_empty=valid.dropped["empty"], dropped_long=valid.dropped["too_long"])
-        text = (directory / shards.VALID_REFS).read_text(encoding="utf-8")
-        data.valid_refs = text.split("\n")[:-1] if text else []
+        pairs = EncodedCorpus([s.tolist() for s in src], [t.tolist() for t in tgt],
+                              dropped_empty=valid.dropped["empty"], dropped_long=valid.dropped["too_long"])
+        text = (directory / shards.refs_file(entry["split"])).read_text(encoding="utf-8")
+        data.valid_sets.append(ValidSet(entry["name"], pairs, text.split("\n")[:-1] if text else []))
     return data
 
 
@@ -239,14 +251,26 @@ def epoch_share(config: Config, data: CorpusData, epoch: int, ranks: distributed
     plan (``attnmt.data.plan``, from the lengths alone, the same on every process), of which
     the process keeps its share; the rest is freed on return."""
     tc = config.train
-    plan = epoch_plan(buckets(data.train), data.train.corpora, tc.batch_tokens, tc.batch_sentences, tc.seed, epoch)
+    plan = epoch_plan(buckets(data.train), sampled_corpora(config, data), tc.batch_tokens, tc.batch_sentences,
+                      tc.seed, epoch)
     return plan.share(ranks.rank, ranks.world_size, start)
 
 
 def epoch_length(config: Config, data: CorpusData, epoch: int) -> int:
     """The number of batches of ``epoch`` (all processes), without planning it."""
     tc = config.train
-    return epoch_size(buckets(data.train), data.train.corpora, tc.batch_tokens, tc.batch_sentences, tc.seed, epoch)
+    return epoch_size(buckets(data.train), sampled_corpora(config, data), tc.batch_tokens, tc.batch_sentences,
+                      tc.seed, epoch)
+
+
+def sampled_corpora(config: Config, data: CorpusData) -> list[dict]:
+    """The training corpora with the weights the epoch's sample uses: their ``weight`` under
+    ``data.sampling_temperature`` (``attnmt.languages.temperature_weights``; T = 1: as given)."""
+    corpora, temperature = data.train.corpora, config.data.sampling_temperature
+    if temperature == 1.0 or len(corpora) < 2:
+        return corpora
+    weights = temperature_weights([c["pairs"] for c in corpora], [c["weight"] for c in corpora], temperature)
+    return [{**c, "weight": w} for c, w in zip(corpora, weights)]
 
 
 def signature(config: Config, data: CorpusData) -> dict:
@@ -256,7 +280,7 @@ def signature(config: Config, data: CorpusData) -> dict:
     the batch order does not depend on them)."""
     tc = config.train
     return {"fingerprint": data.manifest.get("fingerprint"),
-            "weights": [c["weight"] for c in data.train.corpora], "train.seed": tc.seed,
+            "weights": [c["weight"] for c in sampled_corpora(config, data)], "train.seed": tc.seed,
             "train.batch_tokens": None if tc.batch_sentences else tc.batch_tokens,
             "train.batch_sentences": tc.batch_sentences, "batch_plan": GENERATOR}
 

@@ -58,7 +58,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from attnmt import rundir
+from attnmt import languages, rundir
 from attnmt.config import Config
 from attnmt.data.batching import Batch, batch_from_arrays, make_batch, token_batches
 from attnmt.data.corpus import EncodedCorpus, sha256_file
@@ -182,6 +182,7 @@ class Trainer:
         self.start_time = time.monotonic()
         if config.train.init_from:  # fine-tuning: the model (and tokenizer) sections of the starting model
             config = finetune.inherit_from(config, config.train.init_from)
+        config = languages.resolve(config)  # a multilingual model's target languages, from its corpora
         self.config, self.run_dir, self.progress_bar = config, Path(run_dir), progress
         tc = config.train
         self.ranks = distributed.from_env()
@@ -461,27 +462,41 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> dict:
         """Validation loss and perplexity (teacher forcing) and, with ``train.valid_bleu``, greedy
-        BLEU and chrF (sacreBLEU) of the validation set, at the training precision.
+        BLEU and chrF (sacreBLEU) of the validation set, at the training precision. A
+        multilingual model has a set per direction: the loss and perplexity are over all their
+        tokens, BLEU and chrF the mean of the directions', each direction's in 'valid_directions'.
 
         Returns:
             {'valid_loss': label-smoothed loss per token, 'valid_ppl': exp(NLL per token),
-             'valid_bleu', 'valid_chrf'} (None for what was not computed).
+             'valid_bleu', 'valid_chrf'} (None for what was not computed), and with several
+            sets 'valid_directions': {name: {'bleu', 'chrf'}}.
         """
-        data, tc, start = self.data.valid, self.config.train, self.config.model.decoder_start_id
-        if data is None:
+        sets, tc, start = self.data.valid_sets, self.config.train, self.config.model.decoder_start_id
+        if not sets:
             return {"valid_loss": None, "valid_ppl": None, "valid_bleu": None, "valid_chrf": None}
         self.model.eval()
         loss_sum = nll_sum = 0.0
         tokens = 0
+        scores = {}
         with autocast(self.precision, self.device.type):
-            for idx in token_batches(data.lengths(), tc.batch_tokens):
-                batch = make_batch([data.src[i] for i in idx], [data.tgt[i] for i in idx], start)
-                loss, nll = self.batch_loss(batch.to(self.device))
-                loss_sum, nll_sum, tokens = loss_sum + loss.item(), nll_sum + nll.item(), tokens + batch.num_tgt_tokens
-            scores = corpus_scores(self._greedy_translations(data), self.data.valid_refs) if tc.valid_bleu else {}
+            for valid in sets:
+                data = valid.pairs
+                for idx in token_batches(data.lengths(), tc.batch_tokens):
+                    batch = make_batch([data.src[i] for i in idx], [data.tgt[i] for i in idx], start)
+                    loss, nll = self.batch_loss(batch.to(self.device))
+                    loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
+                    tokens += batch.num_tgt_tokens
+                if tc.valid_bleu:
+                    scores[valid.name] = corpus_scores(self._greedy_translations(data), valid.refs)
         self.model.train()
-        return {"valid_loss": loss_sum / max(tokens, 1), "valid_ppl": math.exp(min(nll_sum / max(tokens, 1), 50)),
-                "valid_bleu": scores.get("bleu"), "valid_chrf": scores.get("chrf")}
+        result = {"valid_loss": loss_sum / max(tokens, 1), "valid_ppl": math.exp(min(nll_sum / max(tokens, 1), 50)),
+                  "valid_bleu": None, "valid_chrf": None}
+        if scores:
+            result["valid_bleu"] = sum(v["bleu"] for v in scores.values()) / len(scores)
+            result["valid_chrf"] = sum(v["chrf"] for v in scores.values()) / len(scores)
+        if len(sets) > 1:
+            result["valid_directions"] = {name: {"bleu": v["bleu"], "chrf": v["chrf"]} for name, v in scores.items()}
+        return result
 
     def _greedy_translations(self, data: EncodedCorpus, batch_size: int = 256) -> list[str]:
         """Detokenized greedy translations of ``data.src``, in order: the batch routine of
@@ -520,8 +535,10 @@ class Trainer:
                            best=improved)
         self.save_checkpoint()
         self._prune_step_checkpoints()
-        log.info("step %d valid: loss %.3f ppl %.2f bleu %s chrf %s%s (%.1fs)", step, result["valid_loss"] or 0,
+        directions = result.get("valid_directions")
+        log.info("step %d valid: loss %.3f ppl %.2f bleu %s chrf %s%s%s (%.1fs)", step, result["valid_loss"] or 0,
                  result["valid_ppl"] or 0, _fmt(result["valid_bleu"]), _fmt(result["valid_chrf"]),
+                 " (bleu " + ", ".join(f"{k} {v['bleu']:.2f}" for k, v in directions.items()) + ")" if directions else "",
                  " (best)" if improved else "", self.valid_seconds)
         return result
 
@@ -738,7 +755,7 @@ class Trainer:
         else:
             log.info("resuming after the final validation (stopped: %s)", s.stop_reason)
         if (self.ranks.is_main and tc.average_last > 1 and len(self.step_ckpts) > 1
-                and self.data.valid is not None):
+                and self.data.valid_sets):
             self.average_checkpoints()
         result = self._result(s.stop_reason)
         s.finished = True

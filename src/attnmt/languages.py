@@ -1,0 +1,168 @@
+"""One model, many languages: the target-language tag and temperature sampling.
+
+A multilingual model (Johnson et al., 2017, "Google's Multilingual Neural Machine Translation
+System", section 3) is an ordinary Transformer whose source starts with a token naming the
+language to translate into: ``<2fr> A man rides a bike.`` asks for French. The same model
+then serves every direction it was trained on, and can be asked for directions it never saw
+(zero-shot, e.g. de->fr when it learned de->en and en->fr).
+
+* The tags are reserved SentencePiece symbols (``user_defined_symbols``): one piece each,
+  never split, and no other text encodes to them (SentencePiece matches the whole symbol).
+  They exist only for the model's target languages, ``tokenizer.target_languages``.
+* A model has tags exactly when ``tokenizer.target_languages`` lists languages. A training
+  configuration whose corpora reach more than one target language gets that list filled in
+  (:func:`resolve`); a bilingual model has none, so its tokenizer, data and translations are
+  those of a model trained before tags existed.
+* The tag goes in front of the source ids, before the source's EOS: in training (``attnmt.data.prepare``),
+  and for every engine at translation time (:func:`source_prefix`, used by ``Translator``).
+* An imported OPUS-MT multilingual model has its own tags, ``>>fra<<``, in its vocabulary
+  (``tokenizer.language_tag: '>>{}<<'``): the same mechanism with another spelling.
+
+Temperature sampling (Arivazhagan et al., 2019, "Massively Multilingual Neural Machine
+Translation in the Wild", section 4.2): corpus c with n_c pairs (times its ``weight``) is
+sampled with probability proportional to ``(n_c / N) ** (1 / T)``; T = 1 keeps the corpus
+sizes' proportions, larger T flattens them towards uniform (they used T = 5).
+:func:`temperature_weights` turns this into per-corpus weights for the epoch sampler
+(``attnmt.data.plan.weighted_sample``), keeping the epoch's size.
+
+Written here rather than taken from a library: the tag convention is a few lines of
+bookkeeping over attnmt's own configuration and vocabularies.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from attnmt.data.tokenizers import UNK_ID
+from attnmt.errors import ConfigError
+
+if TYPE_CHECKING:
+    from attnmt.config import Config
+
+TAG = "<2{}>"  # attnmt's tag of a target language (Johnson et al. write <2es>)
+
+
+class LanguageError(ConfigError):
+    """A target language the model does not know, or none given where the model needs one;
+    the message names the languages it knows."""
+
+
+def corpus_directions(config: "Config") -> list[tuple[str | None, str | None]]:
+    """(source, target) language of each training corpus of a configuration, in
+    ``attnmt.data.prepare.training_corpora``'s order; None where the configuration does not say."""
+    d = config.data
+    if d is None:
+        return []
+    if d.pairs is not None:
+        return [tuple(p.split("-")) for p in d.pairs]
+    fallback = config.languages()
+    if d.train is not None:
+        return [(e.src_lang or fallback[0], e.tgt_lang or fallback[1]) for e in d.train]
+    return [fallback]
+
+
+def resolve(config: "Config") -> "Config":
+    """``config`` with ``tokenizer.target_languages`` filled in where its training data reaches
+    more than one target language (sorted); unchanged otherwise.
+
+    Raises:
+        ConfigError: a multilingual configuration with a corpus whose target language is not
+            given, or (``target_languages`` set, e.g. inherited by fine-tuning) a corpus whose
+            target language is not among them.
+    """
+    directions = corpus_directions(config)
+    targets = {t for _, t in directions}
+    known = config.tokenizer.target_languages
+    if not known and len(targets - {None}) <= 1:
+        return config  # bilingual: no tags
+    if None in targets:
+        raise ConfigError("a multilingual configuration needs the tgt_lang of every data.train entry (or "
+                          "data.pair): one has none")
+    if not known:
+        out = config.model_copy(deep=True)
+        out.tokenizer.target_languages = sorted(targets)
+        return out
+    unknown = sorted(targets - set(known))
+    if unknown:
+        raise ConfigError(f"target language {unknown[0]!r} of the training data is not one of the model's "
+                          f"(tokenizer.target_languages: {', '.join(known)})")
+    return config
+
+
+def served_languages(config: "Config") -> tuple[list[str], list[str]]:
+    """(source languages, target languages) a model translates between: a multilingual model
+    takes any of its training corpora's sources into any of its target languages (the
+    directions it never saw are zero-shot; a model whose sources are not recorded, e.g. an
+    imported one, is taken to read its target languages); a bilingual model its one pair ([]
+    where unknown).
+    """
+    if not config.tokenizer.target_languages:
+        src, tgt = config.languages()
+        return [src] if src else [], [tgt] if tgt else []
+    sources = {s for s, _ in corpus_directions(config) if s} | {config.languages()[0]} - {None}
+    return sorted(sources or config.tokenizer.target_languages), list(config.tokenizer.target_languages)
+
+
+def tags(config: "Config") -> list[str]:
+    """The tag pieces of a configuration's target languages (none for a bilingual model)."""
+    return [config.tokenizer.language_tag.format(lang) for lang in config.tokenizer.target_languages]
+
+
+def target_language(config: "Config", tgt_lang: str | None) -> str | None:
+    """The target language to ask a model for: ``tgt_lang`` checked against the model's
+    languages; for a bilingual model None (no tag) when ``tgt_lang`` is None or its target.
+
+    Raises:
+        LanguageError: a multilingual model without ``tgt_lang``, or a language it does not
+            know (the message lists those it knows).
+    """
+    known = config.tokenizer.target_languages
+    if not known:
+        own = config.languages()[1]
+        if tgt_lang is not None and own is not None and tgt_lang != own:
+            raise LanguageError(f"this model translates into {own} only, not {tgt_lang!r}")
+        return None
+    if tgt_lang is None:
+        raise LanguageError(f"this model translates into several languages: choose one with --tgt-lang (the "
+                            f"request's tgt_lang): {', '.join(known)}")
+    if tgt_lang not in known:
+        raise LanguageError(f"unknown target language {tgt_lang!r}; this model knows {', '.join(known)}")
+    return tgt_lang
+
+
+def source_prefix(config: "Config", tokenizer, tgt_lang: str | None) -> list[int]:
+    """The ids to put in front of every source sentence: ``[tag id]`` of ``tgt_lang`` for a
+    multilingual model, ``[]`` for a bilingual one (:func:`target_language` checks it first).
+
+    Raises:
+        LanguageError: see :func:`target_language`; or the tag is missing from the vocabulary
+            (a tokenizer that does not belong to the configuration).
+    """
+    lang = target_language(config, tgt_lang)
+    if lang is None:
+        return []
+    piece = config.tokenizer.language_tag.format(lang)
+    [token_id] = tokenizer.piece_ids([piece])
+    if token_id == UNK_ID:
+        raise LanguageError(f"the tag {piece} of target language {lang!r} is not in the model's vocabulary")
+    return [token_id]
+
+
+def temperature_weights(sizes: list[int], weights: list[float], temperature: float) -> list[float]:
+    """Per-corpus weights for the epoch sampler under temperature sampling (module docstring).
+
+    Args:
+        sizes: pairs of each corpus (n_c).
+        weights: each corpus' ``weight`` (its pairs count ``weight x n_c`` times).
+        temperature: T > 0; 1 returns ``weights`` unchanged.
+    Returns:
+        w'_c such that corpus c gives ``w'_c x n_c`` pairs of an epoch of ``sum(weight x n)``
+        pairs, a share proportional to ``(weight_c x n_c) ** (1 / T)``.
+    """
+    if temperature == 1.0:
+        return list(weights)
+    mass = [w * n for w, n in zip(weights, sizes)]
+    total = sum(mass)
+    shares = [(m / total) ** (1.0 / temperature) if m else 0.0 for m in mass]
+    norm = sum(shares)
+    return [total * s / norm / n if n else w for s, n, w in zip(shares, sizes, weights)]
