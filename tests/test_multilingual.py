@@ -190,3 +190,26 @@ def test_data_pairs_of_a_dataset(tmp_path):
     for bad in (["de-en", "de-en"], ["de_en"], ["de-de"]):
         with pytest.raises(ConfigError):
             config_from_dict({"data": {"dataset": "multi30k", "pairs": bad}})
+
+
+def test_fine_tuning_a_multilingual_model_keeps_its_languages_and_tags(multilingual_model_dir, tmp_path):
+    from attnmt.decode.translator import Translator
+    from attnmt.train.trainer import train
+
+    files = multilingual_model_dir.parent
+    raw = {"data": {"train_src": str(files / "train.de"), "train_tgt": str(files / "train.fr"), "pair": "de-fr",
+                    "max_len": 60, "valid_src": str(files / "valid.de"), "valid_tgt": str(files / "valid.fr")},
+           "train": {"init_from": str(multilingual_model_dir), "max_steps": 3, "valid_every": 3, "batch_tokens": 800,
+                     "schedule": "constant", "lr": 1e-4, "warmup_steps": 0}}
+    train(config_from_dict(raw), tmp_path / "tuned", progress=False)
+    tuned = Translator.from_dir(tmp_path / "tuned")
+    assert tuned.config.tokenizer.target_languages == ["de", "en", "fr"]
+    manifest = json.loads((tmp_path / "tuned" / "data" / "manifest.json").read_text())
+    [tag_fr] = tuned.src_tokenizer.piece_ids(["<2fr>"])
+    corpus = shards.ShardedCorpus(tmp_path / "tuned" / "data", "train", manifest)
+    src, _ = corpus.pairs(range(5))
+    assert {int(s[0]) for s in src} == {tag_fr}  # the fine-tuning pairs carry the model's tag of their target
+    assert tuned.translate(["a man"], tgt_lang="en")[0].src_pieces[0] == "<2en>"
+    raw["data"]["pair"] = "de-cs"  # a target the model does not know
+    with pytest.raises(ConfigError, match="'cs' .* not one of the model's"):
+        train(config_from_dict(raw), tmp_path / "tuned-cs", progress=False)

@@ -12,6 +12,13 @@ import: MarianMT's pad, unk and eos move to 0, 1 and 3, every other piece keeps 
 order in the free ids, and the embedding rows and the logits bias are permuted the same way.
 MarianMT has no BOS: id 2 is an ordinary piece.
 
+An OPUS-MT model into several languages (opus-mt-en-mul, opus-mt-en-ROMANCE) asks for one with a
+token at the start of the source, ``>>fra<<``, held whole in its vocabulary (transformers'
+MarianTokenizer splits it off the text before SentencePiece). The import makes such a model an
+attnmt multilingual model (``attnmt.languages``): ``tokenizer.target_languages`` the codes of the
+vocabulary's ``>>xx<<`` pieces, ``tokenizer.language_tag`` ``>>{}<<``, so that ``attnmt translate
+--tgt-lang fra`` puts the id of ``>>fra<<`` first, as transformers does for ``>>fra<< text``.
+
 The source is a local directory (config.json, model.safetensors or pytorch_model.bin,
 source.spm, target.spm, vocab.json) or a Hub model id (``Helsinki-NLP/opus-mt-de-en``),
 fetched with huggingface_hub. Loading never executes pickled code: safetensors, or
@@ -25,12 +32,13 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import torch
 
 from attnmt import rundir
-from attnmt.config import Config, DecodeConfig, ModelConfig
+from attnmt.config import LANGUAGE, Config, DecodeConfig, ModelConfig, TokenizerConfig
 from attnmt.data.tokenizers import EOS_ID, PAD_ID, UNK_ID, VocabTokenizer
 from attnmt.errors import CheckpointError
 from attnmt.interop.extras import require
@@ -42,6 +50,7 @@ log = logging.getLogger(__name__)
 MARIAN_FILES = ["config.json", "source.spm", "target.spm", "vocab.json", "generation_config.json",
                 "model.safetensors", "pytorch_model.bin"]
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
+OPUS_TAG = ">>{}<<"  # OPUS-MT's target-language token, e.g. >>fra<<
 
 
 def resolve_source(source: str) -> Path:
@@ -116,6 +125,18 @@ def vocabulary_order(vocab: dict[str, int], size: int, pad_id: int, eos_id: int)
     order = [specials[a] if a in specials else next(rest) for a in range(size)]
     piece_of = {i: p for p, i in vocab.items()}
     return order, [piece_of.get(m, f"<unused-{m}>") for m in order]
+
+
+def target_languages(pieces: list[str]) -> list[str]:
+    """The codes of a vocabulary's OPUS-MT target-language tokens (``>>fra<<`` -> 'fra'), sorted;
+    [] for a model into one language. Codes attnmt cannot name (``tokenizer.target_languages``'
+    pattern) are left out, with a warning."""
+    tagged = [p[2:-2] for p in pieces if len(p) > 4 and p.startswith(">>") and p.endswith("<<")]
+    skipped = [code for code in tagged if not re.fullmatch(LANGUAGE, code)]
+    if skipped:
+        log.warning("left out %d target-language tokens whose codes are not language codes: %s", len(skipped),
+                    " ".join(OPUS_TAG.format(code) for code in skipped[:5]))
+    return sorted(set(tagged) - set(skipped))
 
 
 def model_config(hf: dict, order: list[int]) -> ModelConfig:
@@ -218,7 +239,8 @@ def import_marian(source: str, output: str | Path) -> Path:
 
     The decode section takes the checkpoint's beam size (generation_config.json, else 4) and
     transformers' length normalisation, log P / |Y| (``length_penalty`` 1 with
-    ``length_penalty_k`` 0; |Y| counts EOS, as transformers' does).
+    ``length_penalty_k`` 0; |Y| counts EOS, as transformers' does). A vocabulary with
+    ``>>xx<<`` tokens makes a multilingual model (module docstring, :func:`target_languages`).
 
     Returns:
         The model directory.
@@ -247,7 +269,9 @@ def import_marian(source: str, output: str | Path) -> Path:
     output.mkdir(parents=True, exist_ok=True)
     rundir.write_tokenizers(output, *tokenizers)
     rundir.save_weights(model, output / rundir.WEIGHTS, metadata={"imported_from": str(source)})
-    rundir.write_config(Config(model=cfg, decode=decode), output)
+    targets = target_languages(pieces)  # none: a bilingual model, its tokenizer section the default
+    tokenizer = TokenizerConfig(target_languages=targets, language_tag=OPUS_TAG) if targets else TokenizerConfig()
+    rundir.write_config(Config(model=cfg, tokenizer=tokenizer, decode=decode), output)
     log.info("imported %s (%d + %d layers, d_model %d, vocabulary %d) into %s", source, cfg.num_encoder_layers,
              cfg.num_decoder_layers, cfg.d_model, len(order), output)
     return output

@@ -8,7 +8,8 @@
     SITE_DIR/ort-wasm-simd-threaded.mjs   ONNX Runtime Web's WebAssembly backend (SIMD, threads)
     SITE_DIR/ort-wasm-simd-threaded.wasm
     SITE_DIR/model/config.json            special ids, decoder start id, forbidden ids, length
-                                          limits, length penalty, beam size, graph and tokenizer files
+                                          limits, length penalty, beam size, graph and tokenizer files,
+                                          a multilingual model's target languages and their tag ids
     SITE_DIR/model/encoder.onnx           the graphs of :mod:`attnmt.interop.onnx`, the decoder step
     SITE_DIR/model/decoder_step.onnx      with its ``attention`` output and the row indices of
                                           :mod:`attnmt.interop.web_graph` (int8: dynamically quantized)
@@ -28,6 +29,11 @@ neither Node nor the network, and refuses a bundle older than its sources. Its s
 length limits and length penalty, :mod:`attnmt.search`), so the page's outputs equal
 ``attnmt translate``'s token for token, up to float rounding in near ties.
 
+A multilingual model (``attnmt.languages``): config.json's ``target_languages`` lists
+``{"code", "tag_id"}`` per target language ([] for a bilingual model); the page shows a language
+picker where there are several, and puts the chosen language's tag id in front of the source ids
+(``attnmt.languages.source_prefix``), as ``attnmt translate --tgt-lang`` does.
+
 int8: ``onnxruntime.quantization.quantize_dynamic`` (weights int8 per tensor, activations
 quantized at run time, MatMulInteger), the graphs' MatMul and Gather weights.
 
@@ -44,7 +50,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from attnmt import rundir
+from attnmt import languages, rundir
 from attnmt.config import DEFAULT_ATTENTION_LAYER
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, VocabTokenizer
 from attnmt.errors import AttnmtError, CheckpointError
@@ -133,6 +139,7 @@ def export_web(model_dir: str | Path, output: str | Path, quantization: str | No
     Raises:
         CheckpointError: ``output`` is not empty, the model directory is incomplete, or its
             tokenizers are word-level.
+        LanguageError: a target language whose tag is not in the source vocabulary.
         AttnmtError: the page is not built (:func:`assets_dir`), onnx/onnxruntime missing (the
             ``export`` extra), or an unknown quantization.
     """
@@ -145,6 +152,8 @@ def export_web(model_dir: str | Path, output: str | Path, quantization: str | No
     assets = assets_dir()
     config = rundir.read_config(model_dir)
     src_tok, tgt_tok = rundir.read_tokenizers(model_dir)
+    targets = [{"code": lang, "tag_id": languages.source_prefix(config, src_tok, lang)[0]}
+               for lang in config.tokenizer.target_languages]  # checked before any work
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.") as tmp:
         site, graphs = Path(tmp) / "site", Path(tmp) / "onnx"
@@ -177,6 +186,7 @@ def export_web(model_dir: str | Path, output: str | Path, quantization: str | No
                        "early_stopping": d.early_stopping, "patience": d.patience},
             "attention_layer": DEFAULT_ATTENTION_LAYER,
             "src_lang": pair.split("-")[0] if pair else None, "tgt_lang": pair.split("-")[1] if pair else None,
+            "target_languages": targets,
         }
         (model_out / "config.json").write_text(json.dumps(web_config, indent=1), encoding="utf-8")
         if output.exists():

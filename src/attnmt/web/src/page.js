@@ -1,15 +1,17 @@
 // The exported page: a text box, a translate button, words appearing as they are decoded, the
 // time per sentence and the source attention of the chosen decoder layer as a heatmap (drawn as
-// attnmt serve's page draws it). The translator (ONNX Runtime Web's WebAssembly backend with SIMD,
-// the model of ./model/, the search) runs in a Web Worker (worker.js), so the page stays
-// responsive while it searches; it uses threads where the page is cross-origin isolated (served
-// with COOP/COEP headers), one thread otherwise.
+// attnmt serve's page draws it). A multilingual model's page has a picker of the target language
+// (shown where the model has several; a model with one uses it without asking). The translator
+// (ONNX Runtime Web's WebAssembly backend with SIMD, the model of ./model/, the search) runs in a
+// Web Worker (worker.js), so the page stays responsive while it searches; it uses threads where the
+// page is cross-origin isolated (served with COOP/COEP headers), one thread otherwise.
 //
 // This module is both the page's script and its worker's: `new Worker(import.meta.url)` loads it
 // again in a worker, where it serves the translator instead (one file to ship and to cache).
 //
 // Scripts drive the page without the DOM through window.attnmt = {ready: Promise<void>,
-// translate(text, {beamSize}) -> Promise<string>, translateFull, translateBatch, threads()}.
+// translate(text, {beamSize, tgtLang}) -> Promise<string>, translateFull, translateBatch, threads(),
+// targetLanguages()}; tgtLang defaults to the picker's language.
 import { serveTranslator } from "./worker.js";
 
 const inWorker = typeof document === "undefined";
@@ -59,6 +61,19 @@ const $ = (id) => document.getElementById(id);
 function label(piece) { return piece === "</s>" ? "</s>" : piece.replace(/^\u2581/, "") || "\u2581"; }
 function attColor(w) { return `rgba(47, 111, 222, ${Math.min(1, w).toFixed(3)})`; }
 
+/** "French (fr)": the browser's English name of a language code, else the code alone. */
+function languageName(code) {
+  try {
+    const name = new Intl.DisplayNames(["en"], { type: "language" }).of(code.replaceAll("_", "-"));
+    return name && name !== code ? `${name} (${code})` : code;
+  } catch {
+    return code;  // not a BCP 47 tag
+  }
+}
+
+/** The picker's target language; undefined for a bilingual model (no tag). */
+function chosenLanguage() { return $("tgt-lang").value || undefined; }
+
 function tokenSpan(piece, index) {
   const span = document.createElement("span");
   span.className = "tok" + (piece.startsWith("\u2581") && index > 0 ? " ws" : "") + (piece === "</s>" ? " eos" : "");
@@ -104,14 +119,14 @@ let last = null;
 let model = null;  // the worker's "ready" message: {config, downloadBytes, threads}
 let worker = null;
 
-/** The worker's results for `texts` (ready first). */
-async function translateTexts(texts, { beamSize, batchSize, onStep } = {}) {
+/** The worker's results for `texts` (ready first), into `tgtLang` (default: the picker's). */
+async function translateTexts(texts, { beamSize, batchSize, tgtLang, onStep } = {}) {
   await worker.ready;
-  return worker.call({ texts, beamSize, batchSize, onStep });
+  return worker.call({ texts, beamSize, batchSize, tgtLang: tgtLang ?? chosenLanguage(), onStep });
 }
 
-async function translate(text, { beamSize, onStep } = {}) {
-  return (await translateTexts([text], { beamSize, onStep }))[0];
+async function translate(text, { beamSize, tgtLang, onStep } = {}) {
+  return (await translateTexts([text], { beamSize, tgtLang, onStep }))[0];
 }
 
 async function translateFromPage() {
@@ -150,7 +165,11 @@ function startPage() {
     for (let l = 0; l < m.model.num_decoder_layers; l++) select.add(new Option(`decoder layer ${l}`, String(l)));
     select.value = String(Math.min(m.attention_layer, m.model.num_decoder_layers - 1));
     $("beam-size").value = m.decode.beam_size;
-    const pair = m.src_lang ? `${m.src_lang} \u2192 ${m.tgt_lang} \u00b7 ` : "";
+    const targets = m.target_languages ?? [];
+    for (const { code } of targets) $("tgt-lang").add(new Option(languageName(code), code));
+    $("tgt-lang-label").hidden = targets.length < 2;
+    const pair = targets.length ? `\u2192 ${targets.map((l) => l.code).join(", ")} \u00b7 `
+      : m.src_lang ? `${m.src_lang} \u2192 ${m.tgt_lang} \u00b7 ` : "";
     $("model-info").textContent = `${pair}${m.model.num_encoder_layers}+${m.model.num_decoder_layers} layers, d_model `
       + `${m.model.d_model}, ${m.quantization} \u00b7 ${(model.downloadBytes / 2 ** 20).toFixed(1)} MiB`;
     $("translate").disabled = false;
@@ -164,14 +183,18 @@ function startPage() {
 
   window.attnmt = {
     ready: ready.then(() => undefined),
-    /** Translate `text`; beamSize 1 is greedy search (default: the model's decode.beam_size). */
-    translate: async (text, { beamSize } = {}) => (await translate(text, { beamSize })).text,
+    /** Translate `text`; beamSize 1 is greedy search (default: the model's decode.beam_size); tgtLang
+     * the language to translate into (a multilingual model's; default: the picker's). */
+    translate: async (text, { beamSize, tgtLang } = {}) => (await translate(text, { beamSize, tgtLang })).text,
     /** The whole result: text, token ids, pieces, source pieces, attention, score, ms. */
-    translateFull: (text, { beamSize } = {}) => translate(text, { beamSize }),
+    translateFull: (text, { beamSize, tgtLang } = {}) => translate(text, { beamSize, tgtLang }),
     /** Whole results for many texts, searched `batchSize` sentences at a time (default 32). */
-    translateBatch: (texts, { beamSize, batchSize } = {}) => translateTexts(texts, { beamSize, batchSize }),
+    translateBatch: (texts, { beamSize, batchSize, tgtLang } = {}) =>
+      translateTexts(texts, { beamSize, batchSize, tgtLang }),
     /** ONNX Runtime Web's threads: 1 unless the page is cross-origin isolated. */
     threads: () => (model ? model.threads : numThreads),
+    /** A multilingual model's target language codes ([] for a bilingual model). */
+    targetLanguages: () => (model?.config.target_languages ?? []).map((l) => l.code),
   };
 }
 

@@ -3,7 +3,9 @@
 // Runtime Web, and the search of search.js. The page runs it in a Web Worker (worker.js).
 //
 // The model folder (written by `attnmt export web`) holds config.json, encoder.onnx,
-// decoder_step.onnx, the SentencePiece model(s) and the pieces of every id.
+// decoder_step.onnx, the SentencePiece model(s) and the pieces of every id. A multilingual model's
+// config.json lists its target languages with the id of each one's tag, which goes in front of the
+// source ids (attnmt.languages.source_prefix); a bilingual model's lists none.
 //
 // Graph inputs and outputs: encoder: src (N, S) int64 (PAD-padded) -> src_key_l, src_value_l
 // (N, H, S, Dh) float32. decoder_step: tokens (B, 1) int64, position (1,) int64, src_mask (N, S)
@@ -199,24 +201,53 @@ export class Translator {
     return tr;
   }
 
-  /** Source ids + EOS, truncated to max_positions - 1 subwords (Translator.encode_sources). */
-  encodeSource(text) {
-    const ids = this.srcTokenizer.encode(text).slice(0, this.config.model.max_positions - 1);
-    return [...ids, EOS_ID];
+  /** The model's target languages, [{code, tag_id}] ([] for a bilingual model). */
+  get targetLanguages() {
+    return this.config.target_languages ?? [];
+  }
+
+  /**
+   * The ids in front of every source (attnmt.languages.source_prefix): [tag id of `tgtLang`] for a
+   * multilingual model, [] for a bilingual one.
+   * @param {string | undefined} tgtLang the language to translate into (required by a multilingual
+   *   model; a bilingual one takes none or its own)
+   * @throws {Error} a multilingual model without `tgtLang`, or a language the model does not know
+   */
+  sourcePrefix(tgtLang) {
+    const known = this.targetLanguages, codes = known.map((l) => l.code).join(", ");
+    if (!known.length) {
+      const own = this.config.tgt_lang;
+      if (tgtLang && own && tgtLang !== own) throw new Error(`this model translates into ${own} only, not '${tgtLang}'`);
+      return [];
+    }
+    if (!tgtLang) throw new Error(`this model translates into several languages: choose one: ${codes}`);
+    const lang = known.find((l) => l.code === tgtLang);
+    if (!lang) throw new Error(`unknown target language '${tgtLang}'; this model knows ${codes}`);
+    return [lang.tag_id];
+  }
+
+  /** Source ids + EOS, truncated to max_positions - 1 ids, a multilingual model's starting with the
+   * tag of `tgtLang` (Translator.encode_sources). */
+  encodeSource(text, tgtLang) {
+    const prefix = this.sourcePrefix(tgtLang);
+    const ids = this.srcTokenizer.encode(text).slice(0, this.config.model.max_positions - 1 - prefix.length);
+    return [...prefix, ...ids, EOS_ID];
   }
 
   /**
    * Translate one sentence.
    * @param {string} text raw text ('' or blanks translate to '')
-   * @param {{beamSize?: number, onStep?: (partial: {text: string, pieces: string[]}) => void}} opts
-   *   beamSize 1 is greedy search; default the model's decode.beam_size; onStep gets the words so
-   *   far after every step (with beam search, the best open hypothesis)
+   * @param {{beamSize?: number, tgtLang?: string,
+   *   onStep?: (partial: {text: string, pieces: string[]}) => void}} opts
+   *   beamSize 1 is greedy search; default the model's decode.beam_size; tgtLang the language to
+   *   translate into (sourcePrefix); onStep gets the words so far after every step (with beam
+   *   search, the best open hypothesis)
    * @returns {Promise<{text: string, tokens: number[], pieces: string[], srcPieces: string[],
    *   attention: Float32Array[], score: number, ms: number}>} attention: per output token, the
    *   (L, S) source attention of every decoder layer (head average), flattened
    */
-  async translate(text, { beamSize, onStep } = {}) {
-    return (await this.translateBatch([text], { beamSize, onStep }))[0];
+  async translate(text, { beamSize, tgtLang, onStep } = {}) {
+    return (await this.translateBatch([text], { beamSize, tgtLang, onStep }))[0];
   }
 
   /**
@@ -224,12 +255,15 @@ export class Translator {
    * all their hypotheses; sentences sorted by length first, as attnmt.search.batched does). Each
    * sentence's search is translate()'s, so the results do not depend on the batch.
    * @param {string[]} texts raw texts
-   * @param {{beamSize?: number, batchSize?: number, onStep?: Function}} opts batchSize default
-   *   BATCH_SIZE; onStep (translate()'s) only for a single sentence
+   * @param {{beamSize?: number, batchSize?: number, tgtLang?: string, onStep?: Function}} opts
+   *   batchSize default BATCH_SIZE; tgtLang translate()'s, for all; onStep (translate()'s) only for
+   *   a single sentence
    * @returns {Promise<object[]>} translate()'s result per text, in order; ms is the batch's time
+   * @throws {Error} sourcePrefix's, before any work
    */
-  async translateBatch(texts, { beamSize, batchSize = BATCH_SIZE, onStep } = {}) {
-    const sources = texts.map((text) => (text.trim() ? this.encodeSource(text) : null));
+  async translateBatch(texts, { beamSize, batchSize = BATCH_SIZE, tgtLang, onStep } = {}) {
+    this.sourcePrefix(tgtLang);  // a missing or unknown language is refused even for blank texts
+    const sources = texts.map((text) => (text.trim() ? this.encodeSource(text, tgtLang) : null));
     const order = sources.map((_, i) => i).filter((i) => sources[i] !== null)
       .sort((a, b) => sources[a].length - sources[b].length || a - b);  // stable: equal lengths keep their order
     const results = texts.map(() => ({ text: "", tokens: [], pieces: [], srcPieces: [], attention: [], score: 0, ms: 0 }));

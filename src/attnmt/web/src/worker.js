@@ -4,7 +4,7 @@
 //
 // Messages (structured clones), page -> worker:
 //   {type: "load", base, numThreads}   base: the model folder's URL, ending with '/'
-//   {type: "translate", id, texts, beamSize, batchSize, stream}
+//   {type: "translate", id, texts, beamSize, batchSize, tgtLang, stream}
 // worker -> page:
 //   {type: "ready", config, downloadBytes, threads} | {type: "failed", message}   (after "load")
 //   {type: "step", id, text, pieces}   with stream: the words so far after every search step
@@ -32,10 +32,10 @@ export function serveTranslator(scope) {
     }
   }
 
-  async function translate({ id, texts, beamSize, batchSize, stream }) {
+  async function translate({ id, texts, beamSize, batchSize, tgtLang, stream }) {
     try {
       const onStep = stream ? ({ text, pieces }) => scope.postMessage({ type: "step", id, text, pieces }) : undefined;
-      const results = await translator.translateBatch(texts, { beamSize, batchSize, onStep });
+      const results = await translator.translateBatch(texts, { beamSize, batchSize, tgtLang, onStep });
       scope.postMessage({ type: "done", id, results });
     } catch (e) {
       scope.postMessage({ type: "error", id, message: e.message });

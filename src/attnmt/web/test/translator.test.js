@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { beamSearch, greedySearch } from "../src/search.js";
-import { BatchDecoder } from "../src/translator.js";
+import { BatchDecoder, Translator } from "../src/translator.js";
 
 const EOS = 3, START = 2, V = 9;
 
@@ -140,4 +140,29 @@ test("a failing session run rejects every search of the batch", async () => {
   session.run = async () => { throw new Error("out of memory"); };
   await assert.rejects(decoder.searchEach((view, i) => greedySearch(view, { startId: START, eosId: EOS, limit: limits[i] })),
                        /out of memory/);
+});
+
+/** A Translator over a fake source tokenizer (one id per character, 10 + its code), no sessions. */
+function fakeTranslator(config) {
+  const tr = new Translator();
+  tr.config = { model: { max_positions: 6 }, ...config };
+  tr.srcTokenizer = { encode: (text) => Array.from(text, (c) => 10 + c.charCodeAt(0) - 97) };
+  return tr;
+}
+
+test("a multilingual model's sources start with the chosen language's tag, within max_positions", () => {
+  const tr = fakeTranslator({ target_languages: [{ code: "de", tag_id: 4 }, { code: "fr", tag_id: 5 }] });
+  assert.deepEqual(tr.encodeSource("ab", "fr"), [5, 10, 11, EOS]);
+  assert.deepEqual(tr.encodeSource("abcdefg", "de"), [4, 10, 11, 12, 13, EOS]);  // the tag takes a position
+  assert.throws(() => tr.encodeSource("ab"), /choose one: de, fr/);
+  assert.throws(() => tr.encodeSource("ab", "cs"), /unknown target language 'cs'; this model knows de, fr/);
+});
+
+test("a bilingual model's sources have no tag; another target language is refused", () => {
+  for (const config of [{}, { target_languages: [], tgt_lang: "en" }]) {
+    const tr = fakeTranslator(config);
+    assert.deepEqual(tr.encodeSource("abcdefg"), [10, 11, 12, 13, 14, EOS]);
+    assert.deepEqual(tr.encodeSource("ab", config.tgt_lang), [10, 11, EOS]);
+  }
+  assert.throws(() => fakeTranslator({ tgt_lang: "en" }).encodeSource("ab", "fr"), /into en only, not 'fr'/);
 });
