@@ -30,6 +30,9 @@ def main() -> None:
     ap.add_argument("--max-length", type=int, default=250)
     ap.add_argument("--max-input-length", type=int, default=1024, help="source pieces kept (CTranslate2's default)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-len-a", type=float, help="with --max-len-b: each batch of --batch-size sentences (sorted "
+                    "by length) gets max_decoding_length = a x its longest source + b, attnmt's limit")
+    ap.add_argument("--max-len-b", type=int)
     args = ap.parse_args()
 
     with open(args.input, encoding="utf-8") as f:
@@ -41,11 +44,21 @@ def main() -> None:
                                         inter_threads=1, intra_threads=args.threads)
     t0 = time.perf_counter()
     pieces = sp.encode(lines, out_type=str)
-    results = translator.translate_batch(pieces, beam_size=args.beam_size, max_batch_size=args.batch_size,
-                                         batch_type="examples", length_penalty=args.length_penalty,
-                                         max_decoding_length=args.max_length,
-                                         max_input_length=args.max_input_length)
-    hyps = [sp.decode(r.hypotheses[0]) for r in results]
+    options = dict(beam_size=args.beam_size, length_penalty=args.length_penalty, max_input_length=args.max_input_length)
+    if args.max_len_a is None:  # one call; CTranslate2 batches (sorted by length) and one limit for all
+        results = translator.translate_batch(pieces, max_batch_size=args.batch_size, batch_type="examples",
+                                             max_decoding_length=args.max_length, **options)
+        hyps = [sp.decode(r.hypotheses[0]) for r in results]
+    else:  # batches sorted by length, each with attnmt's length limit from its longest source (+ EOS)
+        order = sorted(range(len(pieces)), key=lambda i: len(pieces[i]))
+        hyps = [""] * len(pieces)
+        for start in range(0, len(order), args.batch_size):
+            batch = order[start:start + args.batch_size]
+            longest = max(len(pieces[i]) + 1 for i in batch)
+            limit = min(int(args.max_len_a * longest + args.max_len_b), args.max_length)
+            results = translator.translate_batch([pieces[i] for i in batch], max_decoding_length=limit, **options)
+            for i, r in zip(batch, results):
+                hyps[i] = sp.decode(r.hypotheses[0])
     decode_seconds = time.perf_counter() - t0
     with open(args.output, "w", encoding="utf-8") as f:
         f.write("".join(h + "\n" for h in hyps))

@@ -13,8 +13,9 @@ of 128 sentences, every row is a whole process, run one after another on the sam
 - ``onnxruntime engine, early``: ``attnmt translate --engine onnxruntime --early-stopping true``.
 - ``CTranslate2 direct float32 / int8``: ``ct2_translate.py``, a plain Python script calling
   ``ctranslate2.Translator.translate_batch`` (and SentencePiece) on the same exports, same beam,
-  batch size and alpha (CTranslate2's own length penalty, log P / |Y|^alpha, patience 1), outputs
-  capped at the model's max_positions - 1 tokens.
+  batch size and alpha (CTranslate2's own length penalty, log P / |Y|^alpha, patience 1), in
+  batches sorted by length with attnmt's limit per batch (``max_decoding_length`` = max_len_a x
+  the longest source + max_len_b), capped at the model's max_positions - 1 tokens.
 
 BLEU is sacreBLEU on the first ``--bleu-lines`` lines (test2016 once) against the references.
 The table gives process and decode seconds, BLEU, and the ratios the issue asks for: native
@@ -70,7 +71,8 @@ def _ct2_direct(args, export: Path, compute_type: str, alpha: float, out: Path) 
                            "--compute-type", compute_type, "--beam-size", str(args.beam),
                            "--batch-size", str(args.batch_size), "--length-penalty", str(alpha),
                            "--max-length", str(args.max_length), "--max-input-length", str(args.max_length),
-                           "--threads", str(args.threads)])
+                           "--threads", str(args.threads), "--max-len-a", str(args.max_len_a),
+                           "--max-len-b", str(args.max_len_b)])
     return process_s, json.loads(log.strip().splitlines()[-1])["decode_seconds"]
 
 
@@ -126,6 +128,7 @@ def main() -> None:
     args.src.write_text("".join(line + "\n" for line in src_lines * args.repeat), encoding="utf-8")
     config = read_config(args.model)
     default_alpha, args.max_length = config.decode.length_penalty, config.model.max_positions - 1  # attnmt's cap
+    args.max_len_a, args.max_len_b = config.decode.max_len_a, config.decode.max_len_b  # its per-batch limit
     tuned = _tune(args, [float(a) for a in args.tune.split(",")]) if args.tune else {}
     alpha = {False: args.alpha_exact if args.alpha_exact is not None else tuned.get(False, default_alpha),
              True: args.alpha_early if args.alpha_early is not None else tuned.get(True, default_alpha)}

@@ -198,9 +198,11 @@ def cmd_distill(args: argparse.Namespace) -> int:
         ("beam_size", args.beam_size), ("length_penalty", args.length_penalty), ("batch_size", args.batch_size))
         if v is not None})
     teacher.config.decode = decode
+    # a multilingual teacher translates into the student's target language (its data.pair's)
+    tgt_lang = config.languages()[1] if teacher.config.tokenizer.target_languages else None
 
     def translate(lines: list[str]) -> list[str]:
-        return [_one_line(r.text) for r in teacher.translate(lines)]
+        return [_one_line(r.text) for r in teacher.translate(lines, tgt_lang=tgt_lang)]
 
     record = teacher_record(args.model, args.engine, decode.model_dump(mode="json"))
     result = distill(config, args.output, translate, record, mix_original=args.mix_original, data_dir=args.data_dir)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from attnmt.data.tokenizers import UNK_ID
 from attnmt.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -143,7 +142,7 @@ def source_prefix(config: "Config", tokenizer, tgt_lang: str | None) -> list[int
         return []
     piece = config.tokenizer.language_tag.format(lang)
     [token_id] = tokenizer.piece_ids([piece])
-    if token_id == UNK_ID:
+    if tokenizer.pieces([token_id]) != [piece]:  # an unknown piece maps to the unknown token
         raise LanguageError(f"the tag {piece} of target language {lang!r} is not in the model's vocabulary")
     return [token_id]
 
