@@ -162,10 +162,16 @@ def test_an_unknown_or_missing_target_language_is_refused_naming_the_known_ones(
 
 def test_cli_tgt_lang(multilingual_model_dir, tmp_path):
     cmd = [sys.executable, "-m", "attnmt", "translate", "--model", str(multilingual_model_dir)]
-    done = subprocess.run(cmd + ["--tgt-lang", "fr"], input="a man sees a car\n", capture_output=True,
-                          text=True, timeout=120)
+    from attnmt.decode.translator import Translator
+    from tests.conftest import ENGLISH_FRENCH
+
+    sources = ["a man sees a car", "a child plays ball"]
+    done = subprocess.run(cmd + ["--tgt-lang", "fr"], input="".join(s + "\n" for s in sources),
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "un homme voit un voiture"
+    expected = [t.text for t in Translator.from_dir(multilingual_model_dir).translate(sources, tgt_lang="fr")]
+    assert done.stdout.splitlines() == expected
+    assert set(" ".join(expected).split()) <= set(ENGLISH_FRENCH.values())  # French words only
     for extra, message in (([], "choose one with --tgt-lang"), (["--tgt-lang", "cs"], "unknown target language 'cs'")):
         done = subprocess.run(cmd + extra, input="ein mann\n", capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and done.stdout == ""
