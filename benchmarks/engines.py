@@ -4,7 +4,7 @@ Rows, each a fresh process on the same machine, alternating over ``--rounds`` (f
 
 - ``attnmt native fp32``: ``attnmt translate`` (PyTorch).
 - ``attnmt --engine ctranslate2 (float32)``: the float32 export, searched to match the native
-  engine (``attnmt.interop.ctranslate2.CTranslate2Engine``).
+  engine (``attnmt.interop.ctranslate2_engine.CTranslate2Engine``).
 - ``attnmt --engine onnxruntime (fp32)``: the ONNX export under attnmt's own search.
 - ``attnmt --engine ctranslate2 (int8)``: ``attnmt translate --engine ctranslate2`` on the int8
   export of the same model (``attnmt export ctranslate2 --quantization int8``: 7-bit weights).

@@ -93,7 +93,7 @@ class Crash(Exception):
     """The process dying inside the teacher's call."""
 
 
-def test_a_crash_midway_loses_no_finished_chunk(tmp_path):
+def test_a_crash_midway_loses_no_finished_chunk(tmp_path, caplog):
     source = tmp_path / "src.txt"
     source.write_text("".join(f"line {i}\n" for i in range(1050)), encoding="utf-8")
     translated: list[str] = []
@@ -110,7 +110,9 @@ def test_a_crash_midway_loses_no_finished_chunk(tmp_path):
     assert len(list((tmp_path / "a" / "parts").glob("*.tgt"))) == 1
     translated.clear()
     crash[0] = False
-    out = distill_corpus(source, translate, tmp_path / "a", {"teacher": "t"}, progress=False, chunk_lines=200)
+    with caplog.at_level("INFO", logger="attnmt.distill"):
+        out = distill_corpus(source, translate, tmp_path / "a", {"teacher": "t"}, progress=False, chunk_lines=200)
+    assert "distilled 1050 lines (850 translated now, 200 by an earlier run)" in caplog.text
     assert len(translated) == 1050 - 200 and len(set(translated)) == len(translated)
     assert out.read_text(encoding="utf-8") == source.read_text(encoding="utf-8").upper()
     assert not (tmp_path / "a" / "parts").exists()

@@ -155,6 +155,29 @@ def test_ctranslate2_early_stopping_is_one_search_per_batch(toy):
         assert t.hypotheses[0].log_prob == pytest.approx(sum(lps), abs=1e-3)
 
 
+def test_ctranslate2_translates_without_pytorch(toy, dictionary_model_dir, tmp_path):
+    """``attnmt translate --engine ctranslate2`` loads neither PyTorch nor CTranslate2's converters
+    (which load PyTorch and transformers), so its process starts as fast as a direct CTranslate2
+    call; its translations are the native engine's."""
+    import subprocess
+    import sys
+
+    from attnmt.interop.ctranslate2 import export_ctranslate2
+
+    export = export_ctranslate2(dictionary_model_dir, tmp_path / "ct2")
+    engines, sentences = toy
+    (tmp_path / "in.txt").write_text("\n".join(sentences[:20]) + "\n", encoding="utf-8")
+    code = ("import sys; from attnmt.cli import main; rc = main(sys.argv[1:]); "
+            "print([m for m in ('torch', 'transformers', 'ctranslate2.converters') if m in sys.modules]); sys.exit(rc)")
+    run = subprocess.run([sys.executable, "-c", code, "translate", "--engine", "ctranslate2", "--model", str(export),
+                          "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "out.txt"),
+                          "--beam-size", "4", "--early-stopping", "true"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
+    native = engines["native"].translate(sentences[:20], options=engines["native"].options(4, 1, early_stopping=True))
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines() == [t.text for t in native]
+
+
 def test_nbest_and_empty_lines_alike(toy):
     engines, sentences = toy
     texts = ["", sentences[3], " ", sentences[7]]

@@ -147,3 +147,16 @@ def test_fused_and_explicit_attention_give_the_same_search(beam_size, device):
     for fused_hyps, explicit_hyps in zip(*results):
         assert [h.tokens for h in fused_hyps] == [h.tokens for h in explicit_hyps]
         assert [h.log_prob for h in fused_hyps] == pytest.approx([h.log_prob for h in explicit_hyps], abs=1e-4)
+
+
+@pytest.mark.parametrize("a, b", [(1.5, 10), (1.4, 0), (0.7, 3), (2.3, 1), (2.0, 0), (1.2, -5)])
+def test_length_limits_without_pytorch_equal_the_searchs(a, b):
+    """The engines without PyTorch (CTranslate2) limit each sentence as the native search does,
+    in the same float32 arithmetic (1.4 x 45 floors to 62 in float64, to 63 in float32)."""
+    from attnmt.search.hypothesis import max_output_lengths, output_length_limits
+
+    lengths = list(range(1, 300))
+    src = torch.full((len(lengths), max(lengths)), PAD_ID, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        src[i, :n] = 7
+    assert output_length_limits(lengths, a, b, 255) == max_output_lengths(src, PAD_ID, a, b, 255).tolist()

@@ -101,7 +101,7 @@ def distill_corpus(source: Path, translate: Callable[[list[str]], list[str]], ou
     parts = out_dir / "parts"
     parts.mkdir(exist_ok=True)
     done = {p.name for p in parts.glob("*.tgt")}
-    names, fresh = [], 0
+    names, fresh, total = [], 0, 0
     with tqdm(unit=" lines", desc="distilling", disable=None if progress else True) as bar:
         for index, chunk in enumerate(_chunks(iter_lines(source), chunk_lines)):
             name = f"{index:08d}.tgt"
@@ -113,8 +113,9 @@ def distill_corpus(source: Path, translate: Callable[[list[str]], list[str]], ou
                 text = "".join(line.replace("\n", " ").replace("\r", " ") + "\n" for line in out)
                 rundir.atomic_write(parts / name, lambda tmp, text=text: Path(tmp).write_text(text, encoding="utf-8"))
                 fresh += len(chunk)
-            bar.update(len(chunk))
-    log.info("distilled %d lines (%d translated now, %d by an earlier run)", bar.n, fresh, bar.n - fresh)
+            total += len(chunk)
+            bar.update(len(chunk))  # counts nothing when the bar is disabled (not a terminal)
+    log.info("distilled %d lines (%d translated now, %d by an earlier run)", total, fresh, total - fresh)
 
     def join(tmp: str) -> None:
         with open(tmp, "w", encoding="utf-8") as f:

@@ -27,17 +27,19 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import yaml
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_model, save_model
-from torch import nn
 
 from attnmt.config import Config, ModelConfig, config_from_yaml
 from attnmt.data.tokenizers import Tokenizer, VocabTokenizer, WordTokenizer
 from attnmt.errors import CheckpointError, ConfigError, WriteError
-from attnmt.model.transformer import Transformer
+
+if TYPE_CHECKING:  # PyTorch is imported by the functions that build or load a model, so that the
+    from torch import nn  # engines without it (CTranslate2) read config.yaml and the tokenizers here
+
+    from attnmt.model.transformer import Transformer
 
 CONFIG = "config.yaml"
 WEIGHTS = "model.safetensors"
@@ -248,6 +250,10 @@ def architecture(cfg: ModelConfig) -> dict:
 def save_weights(model: nn.Module, path: str | Path, metadata: dict[str, str] | None = None) -> None:
     """Write the model's parameters as safetensors (tied tensors stored once), atomically; for a
     :class:`Transformer`, with its :func:`architecture` under the metadata key :data:`ARCHITECTURE`."""
+    from safetensors.torch import save_model
+
+    from attnmt.model.transformer import Transformer
+
     if isinstance(model, Transformer):
         metadata = {**(metadata or {}), ARCHITECTURE: json.dumps(architecture(model.config), sort_keys=True)}
     atomic_write(path, lambda tmp: save_model(model, tmp, metadata=metadata))
@@ -302,6 +308,10 @@ def load_weights(model: nn.Module, path: str | Path, config_file: str | Path | N
         CheckpointError: missing, empty, truncated or non-safetensors file, a configuration that
             differs from the one the weights record, or names/shapes that do not fit the model.
     """
+    from safetensors.torch import load_model
+
+    from attnmt.model.transformer import Transformer
+
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such weights file")
@@ -353,6 +363,8 @@ def load_model_dir(run_dir: str | Path, weights: str | Path | None = None
         CheckpointError, ConfigError: missing or incompatible files (:func:`check_model_dir`,
             then the weights' names and shapes).
     """
+    from attnmt.model.transformer import Transformer
+
     config, src_tok, tgt_tok, path = check_model_dir(run_dir, weights)
     model = Transformer(config.model, len(src_tok), len(tgt_tok))
     load_weights(model, path, Path(run_dir) / CONFIG)

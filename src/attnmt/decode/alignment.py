@@ -25,8 +25,10 @@ Shapes: T target subwords, S source subwords (EOS excluded after slicing).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # only the native engine gives attention: the others run without PyTorch
+    import torch
 
 
 def word_ids(ids: Sequence[int], decode: Callable[[list[int]], str]) -> list[int]:
@@ -60,6 +62,8 @@ def align_words(attention: torch.Tensor, src_words: Sequence[int], tgt_words: Se
     Raises:
         ValueError: attention smaller than the word lists.
     """
+    import torch
+
     if not src_words or not tgt_words:
         return []
     T, S = len(tgt_words), len(src_words)

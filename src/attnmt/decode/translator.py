@@ -15,24 +15,26 @@ Shapes: B batch, S source length, T output length, L layers, H heads.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from attnmt import languages
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER, Config
-from attnmt.data.tokenizers import EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from attnmt.data.tokenizers import EOS_ID, UNK_ID, Tokenizer
 from attnmt.decode.alignment import align_words, word_ids
 from attnmt.decode.confidence import mean_log_prob, word_confidence
 from attnmt.decode.engine import Engine, SearchOptions, check_supported, has_capability, require
-from attnmt.decode.native import NativeEngine
-from attnmt.model.transformer import Transformer
-from attnmt.rundir import load_model_dir
 from attnmt.search.batched import search_in_batches
 from attnmt.search.constraints import constraints_fit
-from attnmt.search.hypothesis import Hypothesis, max_output_lengths
+from attnmt.search.hypothesis import Hypothesis, output_length_limits
+
+if TYPE_CHECKING:  # PyTorch is imported where the native engine is made: the others run without it
+    import torch
+
+    from attnmt.model.transformer import Transformer
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +124,10 @@ class Translator:
 
     def __init__(self, engine: Engine | Transformer, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
                  config: Config, device: str | None = None):
-        if isinstance(engine, Transformer):
+        torch = sys.modules.get("torch")  # a Transformer exists only once PyTorch is imported
+        if torch is not None and isinstance(engine, torch.nn.Module):  # the native engine over it
+            from attnmt.decode.native import NativeEngine
+
             engine = NativeEngine(engine, device or config.decode.device, config.decode.precision)
             if engine.torch_device.type != "cuda":  # on CUDA the fused kernel, else the config's
                 engine.set_attention(config.decode.attention)
@@ -144,6 +149,8 @@ class Translator:
             CheckpointError, ConfigError: missing or incompatible files, or a device this
             machine does not have.
         """
+        from attnmt.rundir import load_model_dir
+
         config, src_tok, tgt_tok, model = load_model_dir(run_dir, weights)
         return cls(model, src_tok, tgt_tok, config, device)
 
@@ -166,6 +173,8 @@ class Translator:
     @property
     def device(self) -> torch.device:
         """Where the engine runs."""
+        import torch
+
         return torch.device(self.engine.device)
 
     @property
@@ -354,8 +363,7 @@ class Translator:
         for k, (phrases, src, line) in enumerate(zip(constraints, src_ids, lines)):
             ids = [self.tgt_tokenizer.encode(p.strip()) for p in phrases if p.strip()]
             ids = [p for p in ids if p]
-            cap = int(max_output_lengths(torch.tensor([src]), PAD_ID, options.max_len_a, options.max_len_b,
-                                         limit)[0])
+            cap = output_length_limits([len(src)], options.max_len_a, options.max_len_b, limit)[0]
             if ids and not constraints_fit(ids, cap):
                 message = (f"sentence {line}: its constraints need {sum(map(len, ids))} tokens + EOS but its output "
                            f"limit is {cap} tokens; translated without them")

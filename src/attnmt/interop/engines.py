@@ -5,7 +5,7 @@
 - ``native``: a model directory (``attnmt train`` or ``attnmt import``) searched by the PyTorch
   model (``attnmt.decode.native.NativeEngine``).
 - ``ctranslate2``: a directory from ``attnmt export ctranslate2``
-  (``attnmt.interop.ctranslate2.CTranslate2Engine``).
+  (``attnmt.interop.ctranslate2_engine.CTranslate2Engine``).
 - ``onnxruntime``: a directory from ``attnmt export onnx`` (``attnmt.interop.onnx.OnnxEngine``).
 
 Every export directory holds config.yaml and the tokenizers, so the same ``Translator``
@@ -65,7 +65,7 @@ def open_translator(model_dir: str | Path, engine: str = "native", device: str |
         return tr
     device = device or read_config(model_dir).decode.device
     if engine == "ctranslate2":
-        from attnmt.interop.ctranslate2 import CTranslate2Engine
+        from attnmt.interop.ctranslate2_engine import CTranslate2Engine
 
         search = CTranslate2Engine(model_dir, device, compute_type=compute_type, threads=threads)
     else:

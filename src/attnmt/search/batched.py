@@ -5,22 +5,25 @@ through :func:`by_length`, and the trainer's validation decoding runs :func:`tra
 (the native search over the same batches), so validation BLEU and ``attnmt translate`` decode
 alike.
 
+The batching (:func:`by_length`, :func:`search_in_batches`) needs no PyTorch, so engines without
+it (CTranslate2) batch here without loading it; the native search (:func:`search_batch`,
+:func:`translate_ids`) imports it when called.
+
 Shapes: B sentences in a batch, S longest source in it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import torch
-
-from attnmt.data.batching import pad_sequences
-from attnmt.device import to_device
-from attnmt.search.beam import beam_search
-from attnmt.search.greedy import greedy_search
 from attnmt.search.hypothesis import Hypothesis
 from attnmt.search.options import SearchOptions
-from attnmt.search.step_model import StepModel
+
+if TYPE_CHECKING:
+    import torch
+
+    from attnmt.search.step_model import StepModel
 
 SearchFn = Callable[[list[list[int]]], list[list[Hypothesis]]]
 
@@ -76,7 +79,6 @@ def average_score(h: Hypothesis) -> Hypothesis:
     return Hypothesis(h.tokens, h.token_log_probs, h.log_prob, h.log_prob / max(len(h.tokens), 1), h.attention)
 
 
-@torch.no_grad()
 def search_batch(model: StepModel, sources: list[list[int]], options: SearchOptions,
                  device: torch.device | None = None) -> list[list[Hypothesis]]:
     """Greedy (``beam_size`` 1) or beam search of one batch with the native model.
@@ -92,6 +94,19 @@ def search_batch(model: StepModel, sources: list[list[int]], options: SearchOpti
     Returns:
         ``options.nbest`` hypotheses per sentence, in input order, best first.
     """
+    import torch
+
+    with torch.no_grad():
+        return _search_batch(model, sources, options, device)
+
+
+def _search_batch(model: StepModel, sources: list[list[int]], options: SearchOptions,
+                  device: torch.device | None) -> list[list[Hypothesis]]:
+    from attnmt.data.batching import pad_sequences
+    from attnmt.device import to_device
+    from attnmt.search.beam import beam_search
+    from attnmt.search.greedy import greedy_search
+
     src = pad_sequences(sources)  # (B, S)
     if device is not None:
         src = to_device(src, device)

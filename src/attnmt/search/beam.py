@@ -46,13 +46,8 @@ import torch
 from attnmt.data.tokenizers import BOS_ID, EOS_ID
 from attnmt.search.constraints import ConstraintTracker, Phrases
 from attnmt.search.hypothesis import Hypothesis, max_output_lengths
-from attnmt.search.options import finished_wanted
+from attnmt.search.options import finished_wanted, length_penalty
 from attnmt.search.step_model import StepModel
-
-
-def length_penalty(length: int | float, alpha: float, k: float = 5.0) -> float:
-    """lp(Y) = ((k + |Y|) / (k + 1))^alpha (Wu et al., 2016, equation 14); 1 when alpha is 0."""
-    return ((k + length) / (k + 1.0)) ** alpha
 
 
 @dataclass

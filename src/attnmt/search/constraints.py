@@ -41,10 +41,12 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+
+if TYPE_CHECKING:  # tensors come from the native search; the phrase checks serve every engine
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +183,7 @@ class ConstraintTracker:
         unmet = [r for r, state in enumerate(self.states)
                  if self.phrases[active[r // self.beam_size]] and not all(state.met)]
         if unmet:
-            logp[torch.tensor(unmet, device=logp.device), EOS_ID] = float("-inf")
+            logp[unmet, EOS_ID] = float("-inf")
         return logp
 
     def reorder(self, scores: torch.Tensor, rows: torch.Tensor, tokens: torch.Tensor, token_lp: torch.Tensor,
@@ -221,8 +223,8 @@ class ConstraintTracker:
                          for tok in {best[b]} | next_tokens(phrases, self.states[i * K + b])
                          if (i * K + b, tok) not in cands]
                 if extra:
-                    er = torch.tensor([r for r, _ in extra], device=logp.device)
-                    et = torch.tensor([tok for _, tok in extra], device=logp.device)
+                    er = rows.new_tensor([r for r, _ in extra])  # int64, on the search's device
+                    et = rows.new_tensor([tok for _, tok in extra])
                     elp = logp[er, et].float()
                     es = flat_scores[er] + elp
                     for (r, tok), s, lp in zip(extra, es.tolist(), elp.tolist()):
@@ -245,7 +247,7 @@ class ConstraintTracker:
             row_t = [keys[c][1] for c in chosen] + [PAD_ID] * pad
             row_lp = [values[c][1] for c in chosen] + [float("-inf")] * pad
             for x, values_i in zip(out, (row_s, row_r, row_t, row_lp)):
-                x[i] = torch.tensor(values_i, dtype=x.dtype, device=x.device)
+                x[i] = x.new_tensor(values_i)
         return out[0], out[1], out[2], out[3]
 
     def advance(self, rows: torch.Tensor, tokens: torch.Tensor, active: list[int]) -> None:

@@ -5,9 +5,14 @@ Shapes: B batch (sentences), S source length.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+import numpy as np
+
+if TYPE_CHECKING:  # only for annotations: engines without PyTorch (CTranslate2) import this module
+    import torch
 
 
 @dataclass
@@ -44,3 +49,14 @@ def max_output_lengths(src: torch.Tensor, pad_id: int, a: float, b: int, limit: 
     """
     src_len = (src != pad_id).sum(dim=1).float()  # (B,)
     return (a * src_len + b).floor().long().clamp(min=1, max=limit)
+
+
+def output_length_limits(src_lengths: Sequence[int], a: float, b: int, limit: int) -> list[int]:
+    """:func:`max_output_lengths` without PyTorch, for engines that have none (the same float32
+    arithmetic, so the same limits).
+
+    Args:
+        src_lengths: each sentence's source length in tokens (EOS included).
+    """
+    src_len = np.asarray(src_lengths, dtype=np.float32)
+    return np.clip(np.floor(np.float32(a) * src_len + np.float32(b)), 1, limit).astype(np.int64).tolist()

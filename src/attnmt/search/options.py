@@ -28,6 +28,11 @@ def finished_wanted(beam_size: int, patience: float) -> int:
     return int(math.floor(beam_size * patience + 0.5))
 
 
+def length_penalty(length: int | float, alpha: float, k: float = 5.0) -> float:
+    """lp(Y) = ((k + |Y|) / (k + 1))^alpha (Wu et al., 2016, equation 14); 1 when alpha is 0."""
+    return ((k + length) / (k + 1.0)) ** alpha
+
+
 @dataclass(frozen=True)
 class SearchOptions:
     """How to search: greedy (``beam_size`` 1) or beam search, the ranking and the length limit.

@@ -1,0 +1,289 @@
+"""Translate with a CTranslate2 export (``attnmt export ctranslate2``, ``attnmt.interop.ctranslate2``).
+
+:class:`CTranslate2Engine` runs the exported model behind attnmt's engine interface
+(``attnmt.decode.engine``), with the native search's stopping rules, length limits, length
+penalties and token log-probabilities (its docstring says how each is obtained); ``attnmt
+translate --engine ctranslate2`` and ``attnmt serve --engine ctranslate2`` put it under the same
+``Translator``.
+
+This module imports neither PyTorch nor CTranslate2's converters (which load PyTorch and
+transformers): a process that translates with the CTranslate2 engine starts as fast as one that
+calls CTranslate2 directly. The exporter, which needs both, is ``attnmt.interop.ctranslate2``.
+
+Library: ctranslate2 (``pip install 'attnmt[export]'``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnmt import rundir
+from attnmt.data.tokenizers import EOS_ID, Tokenizer
+from attnmt.decode.engine import CORE_OPTIONS, Hypothesis, SearchOptions
+from attnmt.errors import CheckpointError, ConfigError
+from attnmt.interop.extras import require
+from attnmt.search.hypothesis import output_length_limits
+from attnmt.search.options import length_penalty
+
+ctranslate2 = require("ctranslate2")
+
+
+def all_pieces(tokenizer: Tokenizer) -> list[str]:
+    """Every piece of ``tokenizer``, in id order (CTranslate2's vocabulary)."""
+    return tokenizer.pieces(list(range(len(tokenizer))))
+
+
+def _device_of(name: str) -> tuple[str, int]:
+    """CTranslate2's (device, device_index) for an attnmt device name ('auto', 'cpu', 'cuda',
+    'cuda:N'); 'auto' is CUDA when CTranslate2 sees a GPU, else the CPU.
+
+    Raises:
+        ConfigError: 'mps' or another name CTranslate2 cannot run on, or CUDA without a GPU.
+    """
+    gpus = ctranslate2.get_cuda_device_count()
+    if name == "auto":
+        return ("cuda", 0) if gpus else ("cpu", 0)
+    if name == "cpu":
+        return "cpu", 0
+    if name == "cuda" or name.startswith("cuda:"):
+        index = int(name.partition(":")[2] or 0)
+        if index >= gpus:
+            raise ConfigError(f"device {name}: CTranslate2 sees {gpus} CUDA device(s)")
+        return "cuda", index
+    raise ConfigError(f"the ctranslate2 engine runs on cpu or cuda[:N], not {name}")
+
+
+class CTranslate2Engine:
+    """An ``attnmt.decode.engine.Engine`` over a CTranslate2 export: CTranslate2 searches, the
+    results are made to match the native search (module docstring of ``attnmt.decode.engine``).
+
+    Beam search with early stopping (``SearchOptions.early_stopping``) is CTranslate2's own
+    search: the native rule is CTranslate2's (``attnmt.search.beam``), so each batch is one
+    ``translate_batch`` call with ``patience``, ``num_hypotheses = round(K x patience)``, no
+    minimum length, and no re-scoring (:meth:`_translate_early`):
+
+    - Length limit: one ``max_decoding_length`` per call, the batch's longest limit M. A
+      sentence with a shorter limit L is searched exactly as with its own limit unless its
+      search was still going at step L (both searches are the same up to there); then one of
+      the ``round(K x patience)`` hypotheses returned is at least L tokens long (fewer than
+      that many had finished before step L). Those sentences, and only those, are searched again
+      with ``max_decoding_length = L`` (one call per distinct limit). At its limit CTranslate2
+      finishes the last step's K best as they are, as the native rule does.
+    - Length penalty: CTranslate2 ranks by log P / |Y|^alpha (|Y| with EOS: ``return_end_token``);
+      ``average`` is alpha = 1, the native score exactly. For GNMT, log P is recovered from each
+      returned score (score x |Y|^alpha) and the hypotheses are ranked by the native
+      log P / ((k + |Y|) / (k + 1))^alpha (the same ranking when k = 0). alpha = 0 is passed as
+      1e-6: at 0 CTranslate2 switches to another stopping rule (stop when the best candidate ends).
+    - Token log-probabilities: forced decoding (``score_batch``) of the ``nbest`` kept
+      hypotheses, only when ``return_token_log_probs``; ``log_prob`` and ``score`` never need it.
+    - Forbidden ids: ``suppress_sequences``, which CTranslate2 applies before its softmax (the
+      others renormalised; the native search sets them to -inf after it); none in attnmt's own
+      models.
+
+    Greedy search, and beam search with exact stopping, are obtained as follows:
+
+    - Length limit: each sentence's own ``floor(a * source length + b)``; sentences are grouped
+      by limit and each group is one ``translate_batch`` call (CTranslate2 takes one
+      ``max_decoding_length`` per call).
+    - At its limit the native search gives every open hypothesis EOS. CTranslate2 stops a
+      hypothesis there with whatever token it chose, so it runs to ``limit - 1`` tokens and a
+      hypothesis cut there gets EOS appended (its probability scored as below); a truncated
+      hypothesis never shows a ``</s>`` it did not produce.
+    - Token log-probabilities: every returned hypothesis (EOS included) is scored by forced
+      decoding with ``score_batch``, so ``token_log_probs`` and ``log_prob`` are the model's,
+      without CTranslate2's renormalisation over non-forbidden tokens.
+    - Length penalty: CTranslate2's own is log P / |Y|^alpha. Greedy search needs none.
+      ``average`` is alpha = 1 exactly (|Y| counts EOS: ``return_end_token``). GNMT with k is
+      done by rescoring: CTranslate2 searches with alpha as its penalty and returns all K
+      finished hypotheses, which are re-ranked by log P / ((k + |Y|) / (k + 1))^alpha. The
+      finished hypotheses of a beam search do not depend on the penalty (only the ranking and
+      the stopping do), so the result is the native one unless the native search, with its
+      exact stopping rule, finds a better hypothesis after CTranslate2 has K finished ones
+      (``patience`` finds more).
+
+    Args:
+        export_dir: written by ``attnmt.interop.ctranslate2.export_ctranslate2``.
+        device: 'auto', 'cpu', 'cuda' or 'cuda:N' (CTranslate2's CUDA build for a GPU).
+        compute_type: CTranslate2's compute type ('default': the stored weights' type).
+        threads: intra-op threads, 0 = CTranslate2's default.
+        patience: CTranslate2's beam search stops after ``patience * K`` finished hypotheses.
+    Raises:
+        CheckpointError: no model.bin in ``export_dir``, or files CTranslate2 cannot load.
+        ConfigError: a device it cannot use.
+    """
+
+    name = "ctranslate2"
+    supports = CORE_OPTIONS
+    capabilities = frozenset({"score"})
+
+    def __init__(self, export_dir: str | Path, device: str = "cpu", compute_type: str = "default",
+                 threads: int = 0, patience: float = 1.0):
+        if not (Path(export_dir) / "model.bin").is_file():
+            raise CheckpointError(f"{export_dir}: no model.bin; export it with 'attnmt export ctranslate2'")
+        self.config = rundir.read_config(export_dir)
+        self.src_tokenizer, self.tgt_tokenizer = rundir.read_tokenizers(export_dir)
+        kind, index = _device_of(device)
+        try:
+            self.translator = ctranslate2.Translator(str(export_dir), device=kind, device_index=index,
+                                                     compute_type=compute_type, inter_threads=1,
+                                                     intra_threads=threads)
+        except RuntimeError as e:  # a truncated model.bin, a broken config.json or vocabulary
+            raise CheckpointError(f"{export_dir}: CTranslate2 cannot load this export ({str(e).splitlines()[0]}); "
+                                  "export it again with 'attnmt export ctranslate2'") from None
+        self.patience = patience
+        self._forbidden = [self.tgt_tokenizer.pieces([i]) for i in self.config.model.forbidden_ids]
+        self._src_pieces = all_pieces(self.src_tokenizer)
+        self._eos_piece = self.tgt_tokenizer.pieces([EOS_ID])[0]
+
+    @property
+    def device(self) -> str:
+        return f"{self.translator.device}:{self.translator.device_index}" if self.translator.device == "cuda" else "cpu"
+
+    @property
+    def precision(self) -> str:
+        """CTranslate2's compute type, e.g. 'float32', 'int8_float32'."""
+        return self.translator.compute_type
+
+    def _pieces(self, ids: list[int]) -> list[str]:
+        return [self._src_pieces[i] for i in ids]
+
+    def translate(self, sources: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
+        """Search ``sources`` (ids ending with EOS) with CTranslate2 (class docstring; the caller
+        has refused return_attention, constraints and streaming)."""
+        limits = output_length_limits([len(s) for s in sources], options.max_len_a, options.max_len_b,
+                                      self.config.model.max_positions - 1)
+        src_pieces = [self._pieces(s[:-1]) for s in sources]
+        if options.early_stopping and not options.is_greedy:
+            return self._translate_early(src_pieces, limits, options)
+        # Per sentence: (output pieces without EOS, log P incl. EOS, or None where the search
+        # stopped at limit - 1 and EOS is still to be scored).
+        found: list[list[tuple[list[str], float | None]]] = [[([], None)] for _ in sources]  # limit 1: EOS only
+        groups: dict[int, list[int]] = {}
+        for i, limit in enumerate(limits):
+            if limit > 1:  # a limit of 1 leaves EOS as the only output
+                groups.setdefault(limit, []).append(i)
+        eos = self._eos_piece
+        for limit, idx in groups.items():
+            out = self.translator.translate_batch(
+                [src_pieces[i] for i in idx], **self._search_args(options, limit),
+                max_decoding_length=limit - 1, min_decoding_length=0, return_end_token=True, return_scores=True,
+                max_input_length=0, suppress_sequences=self._forbidden or None)
+            for i, result in zip(idx, out):
+                found[i] = [(pieces[:-1], score) if pieces and pieces[-1] == eos else (pieces, None)
+                            for pieces, score in zip(result.hypotheses, result.scores)]
+        return self._ranked(src_pieces, found, options)
+
+    def _translate_early(self, src_pieces: list[list[str]], limits: list[int], options: SearchOptions
+                         ) -> list[list[Hypothesis]]:
+        """Beam search with early stopping: CTranslate2's own search, one call per batch, plus
+        one per distinct limit for the sentences whose limit binds (class docstring)."""
+        wanted = options.finished_wanted
+        alpha = 1.0 if options.length_penalty_type == "average" else options.length_penalty or 1e-6
+        args = dict(beam_size=options.beam_size, patience=options.patience, num_hypotheses=wanted,
+                    length_penalty=alpha, min_decoding_length=0, return_end_token=True, return_scores=True,
+                    max_input_length=0, suppress_sequences=self._forbidden or None)
+        longest = max(limits)
+        found = list(self.translator.translate_batch(src_pieces, max_decoding_length=longest, **args))
+        again: dict[int, list[int]] = {}  # limit -> sentences whose search reached it
+        for i, (result, limit) in enumerate(zip(found, limits)):
+            if limit < longest and any(len(h) >= limit for h in result.hypotheses):
+                again.setdefault(limit, []).append(i)
+        for limit, idx in again.items():
+            out = self.translator.translate_batch([src_pieces[i] for i in idx], max_decoding_length=limit, **args)
+            for i, result in zip(idx, out):
+                found[i] = result
+        eos = self._eos_piece
+        kept: list[list[tuple[list[str], float]]] = []  # per sentence: (pieces with </s> if it ended, log P)
+        for result in found:
+            hyps = [(pieces, score * len(pieces) ** alpha) for pieces, score in zip(result.hypotheses, result.scores)]
+            hyps.sort(key=lambda h: _native_score(h[1], len(h[0]), options), reverse=True)
+            kept.append(hyps[:options.nbest])
+        todo = [(i, j) for i, hyps in enumerate(kept) for j in range(len(hyps))] if options.return_token_log_probs \
+            else []
+        token_lps = dict(zip(todo, self._score([src_pieces[i] for i, _ in todo],
+                                               [_body(kept[i][j][0], eos) for i, j in todo])))
+        results: list[list[Hypothesis]] = []
+        for i, hyps in enumerate(kept):
+            out = []
+            for j, (pieces, log_prob) in enumerate(hyps):
+                ids = self.tgt_tokenizer.piece_ids(_body(pieces, eos)) + ([EOS_ID] if pieces[-1:] == [eos] else [])
+                lps = token_lps.get((i, j), [])[:len(ids)]  # score_batch adds EOS to a hypothesis cut without it
+                out.append(Hypothesis(ids, lps, log_prob, _native_score(log_prob, len(ids), options)))
+            results.append(_top(out, options.nbest))
+        return results
+
+    def _search_args(self, options: SearchOptions, limit: int) -> dict:
+        """CTranslate2's search options. Greedy search as it is. Beam search ranked by
+        log-probability alone (alpha 0): CTranslate2's own early stop, n-best by log P. Any
+        other ranking: the search runs to the length limit and returns every finished
+        hypothesis (patience ``limit``: at most K finish per step) with its log-probability
+        (CTranslate2's alpha 0), to be ranked here by the native score."""
+        beam = options.beam_size
+        if beam == 1:
+            return {"beam_size": 1, "num_hypotheses": 1, "length_penalty": 0.0}
+        if options.length_penalty_type == "gnmt" and options.length_penalty == 0:
+            return {"beam_size": beam, "num_hypotheses": options.nbest, "length_penalty": 0.0}
+        return {"beam_size": beam, "patience": float(limit), "num_hypotheses": beam * limit, "length_penalty": 0.0}
+
+    def _ranked(self, src_pieces: list[list[str]], found: list[list[tuple[list[str], float | None]]],
+                options: SearchOptions) -> list[list[Hypothesis]]:
+        """Rank each sentence's hypotheses by the native score and keep ``nbest``. Log P and
+        the per-token log-probabilities come from forced decoding (``score_batch``): first of
+        the hypotheses whose log P the search did not give (those cut at the limit), then of
+        the kept ones."""
+        cut = [(i, j) for i, hyps in enumerate(found) for j, (_, lp) in enumerate(hyps) if lp is None]
+        known = dict(zip(cut, self._score([src_pieces[i] for i, _ in cut], [found[i][j][0] for i, j in cut])))
+        kept = []
+        for i, hyps in enumerate(found):
+            logp = [sum(known[(i, j)]) if lp is None else lp for j, (_, lp) in enumerate(hyps)]
+            order = sorted(range(len(hyps)), key=lambda j: _native_score(logp[j], len(hyps[j][0]) + 1, options),
+                           reverse=True)
+            kept += [(i, j) for j in order[:options.nbest]]
+        todo = [(i, j) for i, j in kept if (i, j) not in known]
+        known.update(zip(todo, self._score([src_pieces[i] for i, _ in todo], [found[i][j][0] for i, j in todo])))
+        results: list[list[Hypothesis]] = [[] for _ in found]
+        for i, j in kept:
+            lps = known[(i, j)]
+            ids = self.tgt_tokenizer.piece_ids(found[i][j][0]) + [EOS_ID]
+            results[i].append(Hypothesis(ids, lps, sum(lps), _native_score(sum(lps), len(ids), options)))
+        return [_top(hs, options.nbest) for hs in results]
+
+    def forced_log_probs(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
+        """Forced decoding (capability 'score', ``score_batch``): per pair, the natural-log
+        probability of each target id, as ``NativeEngine.forced_log_probs`` gives them.
+
+        Args:
+            sources: source ids ending with EOS; targets: output ids ending with EOS, pairwise.
+        """
+        pieces = self.tgt_tokenizer.pieces
+        scored = self._score([self._pieces(s[:-1]) for s in sources],
+                             [pieces(t[:-1] if t[-1:] == [EOS_ID] else t) for t in targets])
+        return [lps[:len(t)] for lps, t in zip(scored, targets)]  # score_batch adds EOS to a target without it
+
+    def _score(self, sources: list[list[str]], targets: list[list[str]]) -> list[list[float]]:
+        """Forced decoding: per pair, the natural-log probability of each target piece and of
+        the EOS after them."""
+        if not targets:
+            return []
+        return [list(r.log_probs) for r in self.translator.score_batch(sources, targets, max_input_length=0)]
+
+
+def _body(pieces: list[str], eos: str) -> list[str]:
+    """``pieces`` without a final ``eos``."""
+    return pieces[:-1] if pieces[-1:] == [eos] else pieces
+
+
+def _native_score(log_prob: float, length: int, options: SearchOptions) -> float:
+    """The score the native search ranks by (``attnmt.search.options.SearchOptions``)."""
+    if options.length_penalty_type == "average":
+        return log_prob / max(length, 1)
+    if options.is_greedy:
+        return log_prob
+    return log_prob / length_penalty(length, options.length_penalty, options.length_penalty_k)
+
+
+def _top(hyps: list[Hypothesis], nbest: int) -> list[Hypothesis]:
+    """The ``nbest`` best, filled up with empty ones (score -inf) as the native search does."""
+    ranked = sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest]
+    return ranked + [Hypothesis([EOS_ID], [float("-inf")], float("-inf"), float("-inf"))
+                     for _ in range(nbest - len(ranked))]
