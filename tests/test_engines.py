@@ -155,6 +155,31 @@ def test_ctranslate2_early_stopping_is_one_search_per_batch(toy):
         assert t.hypotheses[0].log_prob == pytest.approx(sum(lps), abs=1e-3)
 
 
+def test_ctranslate2_greedy_is_one_search_per_batch(toy):
+    """Greedy search: one ``translate_batch`` per batch, to the batch's longest limit less one,
+    and forced decoding only of the sentences cut at their own (shorter) limit; the output and
+    its log-probabilities are the native search's."""
+    engines, sentences = toy
+    engine = engines["ctranslate2"].engine
+    recorder = engine.translator = _Recorder(engine.translator)
+    options = engines["native"].options(1, 1, max_len_a=0.5, max_len_b=1, return_token_log_probs=False)
+    try:
+        got = engines["ctranslate2"].translate(sentences, options=options, batch_size=50)
+    finally:
+        engine.translator = recorder.translator
+    native = engines["native"].translate(sentences, options=options, batch_size=50)
+    src_ids = engines["native"].encode_sources(sentences)
+    limits = [int(0.5 * len(ids) + 1) for ids in src_ids]
+    longest = [max(limits[i] for i in chunk) for chunk in length_batches(src_ids, 50)]
+    assert [c for c in recorder.calls if c[0] == "translate_batch"] == [("translate_batch", 50, n - 1) for n in longest]
+    at_limit = sum(len(t.hypotheses[0].token_ids) == n for t, n in zip(native, limits))
+    scored = sum(c[1] for c in recorder.calls if c[0] == "score_batch")
+    assert 0 < scored <= at_limit
+    assert [t.hypotheses[0].token_ids for t in got] == [t.hypotheses[0].token_ids for t in native]
+    for t, n in zip(got, native):
+        assert t.hypotheses[0].log_prob == pytest.approx(n.hypotheses[0].log_prob, abs=1e-3)
+
+
 def test_ctranslate2_translates_without_pytorch(toy, dictionary_model_dir, tmp_path):
     """``attnmt translate --engine ctranslate2`` loads neither PyTorch nor CTranslate2's converters
     (which load PyTorch and transformers), so its process starts as fast as a direct CTranslate2

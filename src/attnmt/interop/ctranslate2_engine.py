@@ -80,7 +80,13 @@ class CTranslate2Engine:
       others renormalised; the native search sets them to -inf after it); none in attnmt's own
       models.
 
-    Greedy search, and beam search with exact stopping, are obtained as follows:
+    Greedy search is one ``translate_batch`` call per batch to the batch's longest limit M less
+    one (:meth:`_translate_greedy`): greedy search takes the same tokens up to step L whatever its
+    limit, so a sentence with limit L whose output reached L tokens is cut to its first L - 1 and
+    ends with EOS, as natively; forced decoding scores only those (and every output when token
+    log-probabilities are asked for).
+
+    Beam search with exact stopping is obtained as follows:
 
     - Length limit: each sentence's own ``floor(a * source length + b)``; sentences are grouped
       by limit and each group is one ``translate_batch`` call (CTranslate2 takes one
@@ -92,7 +98,7 @@ class CTranslate2Engine:
     - Token log-probabilities: every returned hypothesis (EOS included) is scored by forced
       decoding with ``score_batch``, so ``token_log_probs`` and ``log_prob`` are the model's,
       without CTranslate2's renormalisation over non-forbidden tokens.
-    - Length penalty: CTranslate2's own is log P / |Y|^alpha. Greedy search needs none.
+    - Length penalty: CTranslate2's own is log P / |Y|^alpha.
       ``average`` is alpha = 1 exactly (|Y| counts EOS: ``return_end_token``). GNMT with k is
       done by rescoring: CTranslate2 searches with alpha as its penalty and returns all K
       finished hypotheses, which are re-ranked by log P / ((k + |Y|) / (k + 1))^alpha. The
@@ -153,7 +159,9 @@ class CTranslate2Engine:
         limits = output_length_limits([len(s) for s in sources], options.max_len_a, options.max_len_b,
                                       self.config.model.max_positions - 1)
         src_pieces = [self._pieces(s[:-1]) for s in sources]
-        if options.early_stopping and not options.is_greedy:
+        if options.is_greedy:
+            return self._translate_greedy(src_pieces, limits, options)
+        if options.early_stopping:
             return self._translate_early(src_pieces, limits, options)
         # Per sentence: (output pieces without EOS, log P incl. EOS, or None where the search
         # stopped at limit - 1 and EOS is still to be scored).
@@ -172,6 +180,33 @@ class CTranslate2Engine:
                 found[i] = [(pieces[:-1], score) if pieces and pieces[-1] == eos else (pieces, None)
                             for pieces, score in zip(result.hypotheses, result.scores)]
         return self._ranked(src_pieces, found, options)
+
+    def _translate_greedy(self, src_pieces: list[list[str]], limits: list[int], options: SearchOptions
+                          ) -> list[list[Hypothesis]]:
+        """Greedy search: one ``translate_batch`` call per batch, to the batch's longest limit
+        less one (class docstring). Greedy search takes the same tokens up to any step whatever
+        its limit, so a sentence whose output reaches its own limit L is cut to L - 1 tokens and
+        ends with EOS, as the native search ends it; forced decoding (``score_batch``) gives the log
+        P of those sentences only, and of every sentence when ``return_token_log_probs``."""
+        eos, longest = self._eos_piece, max(limits)
+        out = self.translator.translate_batch(
+            src_pieces, beam_size=1, num_hypotheses=1, length_penalty=0.0, max_decoding_length=longest - 1,
+            min_decoding_length=0, return_end_token=True, return_scores=True, max_input_length=0,
+            suppress_sequences=self._forbidden or None) if longest > 1 else [None] * len(src_pieces)
+        found: list[tuple[list[str], float | None]] = []  # (output pieces without EOS, log P or None: to score)
+        for result, limit in zip(out, limits):
+            pieces = result.hypotheses[0] if result is not None else []
+            ended = pieces[-1:] == [eos] and len(pieces) <= limit
+            found.append((pieces[:-1], result.scores[0]) if ended else (pieces[:limit - 1], None))
+        todo = [i for i, (_, lp) in enumerate(found) if lp is None or options.return_token_log_probs]
+        scored = dict(zip(todo, self._score([src_pieces[i] for i in todo], [found[i][0] for i in todo])))
+        results = []
+        for i, (pieces, lp) in enumerate(found):
+            log_prob = sum(scored[i]) if lp is None else lp
+            ids = self.tgt_tokenizer.piece_ids(pieces) + [EOS_ID]
+            lps = scored[i] if options.return_token_log_probs else []
+            results.append([Hypothesis(ids, lps, log_prob, _native_score(log_prob, len(ids), options))])
+        return results
 
     def _translate_early(self, src_pieces: list[list[str]], limits: list[int], options: SearchOptions
                          ) -> list[list[Hypothesis]]:
@@ -213,14 +248,11 @@ class CTranslate2Engine:
         return results
 
     def _search_args(self, options: SearchOptions, limit: int) -> dict:
-        """CTranslate2's search options. Greedy search as it is. Beam search ranked by
-        log-probability alone (alpha 0): CTranslate2's own early stop, n-best by log P. Any
+        """CTranslate2's options for beam search with exact stopping. Ranked by log-probability alone (alpha 0): CTranslate2's own early stop, n-best by log P. Any
         other ranking: the search runs to the length limit and returns every finished
         hypothesis (patience ``limit``: at most K finish per step) with its log-probability
         (CTranslate2's alpha 0), to be ranked here by the native score."""
         beam = options.beam_size
-        if beam == 1:
-            return {"beam_size": 1, "num_hypotheses": 1, "length_penalty": 0.0}
         if options.length_penalty_type == "gnmt" and options.length_penalty == 0:
             return {"beam_size": beam, "num_hypotheses": options.nbest, "length_penalty": 0.0}
         return {"beam_size": beam, "patience": float(limit), "num_hypotheses": beam * limit, "length_penalty": 0.0}
