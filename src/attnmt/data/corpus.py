@@ -64,6 +64,17 @@ def decode_lines(data: bytes, name: str, max_chars: int = MAX_LINE_CHARS, first:
     Raises:
         DataError: a line is not valid UTF-8 (``name:line``).
     """
+    try:  # the whole text at once; only a text with an invalid byte or an overlong line goes line by line
+        lines = data.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        lines = None
+    if lines is not None:
+        if lines and lines[-1] == "":
+            lines.pop()
+        if b"\r" in data:
+            lines = [line.rstrip("\r") for line in lines]
+        if not lines or max(map(len, lines)) <= max_chars:
+            return lines
     raw_lines = data.split(b"\n")
     if raw_lines and raw_lines[-1] == b"":
         raw_lines.pop()

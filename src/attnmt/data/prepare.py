@@ -7,8 +7,9 @@ the configuration names text files) both call :func:`prepare`. The steps:
 1. Every input file (plain or gzip) is checked to be readable before any long work.
 2. Unless ready-made tokenizers are given (a fine-tuned model's, a resumed run's), one pass over
    each side of the training text fills a seeded reservoir (:class:`Reservoir`, Vitter's
-   algorithm R) of at most ``tokenizer.max_sentences`` lines, and the tokenizers are trained on
-   its non-empty lines. A side within that size is sampled whole and in order, so the
+   algorithm R) of at most ``tokenizer.max_sentences`` lines (with several workers the sides, or
+   a multilingual model's languages, are read at once, in processes of their own), and the
+   tokenizers are trained on its non-empty lines. A side within that size is sampled whole and in order, so the
    tokenizers equal those trained on all of it.
 3. A second pass reads the pairs in chunks of whole lines, as bytes (``attnmt.data.blocks``:
    blocks of a mebibyte, cut with numpy, no Python object per line), taking each file's
@@ -264,41 +265,46 @@ def file_record(path: Path) -> dict:
 
 # ---- tokenizers ----------------------------------------------------------------------------------
 
-def sample_lines(corpora: list[Corpus], capacity: int, seed: int) -> tuple[list[str], list[str]]:
+def sample_lines(corpora: list[Corpus], capacity: int, seed: int, workers: int = 1) -> tuple[list[str], list[str]]:
     """Seeded samples (:class:`Reservoir`) of at most ``capacity`` lines per side of all the
-    corpora, in one pass over each side, without their empty lines.
+    corpora, in one pass over each side, without their empty lines. With ``workers`` > 1 the
+    two sides are read at once, in two processes (the same samples).
 
     Raises:
         DataError: see :class:`~attnmt.data.blocks.HashedReader`; files of a corpus with
             different line counts; or a side with no non-empty line.
     """
-    samples, counts = [], []
-    for side in (0, 1):
-        reservoir = Reservoir(capacity, seed, side)
-        counts.append([])
-        for corpus in corpora:
-            seen = reservoir.seen
-            for data, ends in whole_lines(HashedReader((corpus.src, corpus.tgt)[side]).blocks()):
-                reservoir.add(data, ends)
-            counts[side].append(reservoir.seen - seen)
-        samples.append(reservoir.lines())
-        if reservoir.seen > capacity:
-            log.info("tokenizer sample: %d of %d %s lines", len(reservoir.slots), reservoir.seen,
-                     ("source", "target")[side])
-    for corpus, n_src, n_tgt in zip(corpora, *counts):
+    (src, src_counts), (tgt, tgt_counts) = _in_parallel(_sample_side, [(corpora, capacity, seed, side)
+                                                                        for side in (0, 1)], workers)
+    for corpus, n_src, n_tgt in zip(corpora, src_counts, tgt_counts):
         if n_src != n_tgt:
             raise DataError(f"{corpus.src} has {n_src} lines but {corpus.tgt} has {n_tgt}: parallel files must be "
                             "line-aligned")
-    if not all(samples):
+    if not (src and tgt):
         _no_pair(corpora)
-    return samples[0], samples[1]
+    return src, tgt
 
 
-def sample_by_language(corpora: list[Corpus], capacity: int, seed: int) -> list[str]:
+def _sample_side(corpora: list[Corpus], capacity: int, seed: int, side: int) -> tuple[list[str], list[int]]:
+    """One side's sample (source 0, target 1) and its line count in each corpus."""
+    reservoir, counts = Reservoir(capacity, seed, side), []
+    for corpus in corpora:
+        seen = reservoir.seen
+        for data, ends in whole_lines(HashedReader((corpus.src, corpus.tgt)[side]).blocks()):
+            reservoir.add(data, ends)
+        counts.append(reservoir.seen - seen)
+    if reservoir.seen > capacity:
+        log.info("tokenizer sample: %d of %d %s lines", len(reservoir.slots), reservoir.seen,
+                 ("source", "target")[side])
+    return reservoir.lines(), counts
+
+
+def sample_by_language(corpora: list[Corpus], capacity: int, seed: int, workers: int = 1) -> list[str]:
     """A multilingual model's tokenizer sample, balanced across languages: for each language
     (in order of first appearance) a seeded sample (:class:`Reservoir`) of at most
     ``capacity / languages`` of its lines, from every distinct file in that language (a file
-    several corpora share is read once), without empty lines.
+    several corpora share is read once), without empty lines. With ``workers`` > 1 that many
+    languages are read at once, each in a process of its own (the same sample).
 
     Raises:
         DataError: see :class:`~attnmt.data.blocks.HashedReader`; or no non-empty line.
@@ -308,17 +314,31 @@ def sample_by_language(corpora: list[Corpus], capacity: int, seed: int) -> list[
         for lang, path in ((corpus.src_lang, corpus.src), (corpus.tgt_lang, corpus.tgt)):
             if path not in files.setdefault(lang, []):
                 files[lang].append(path)
-    lines: list[str] = []
-    for stream, (lang, paths) in enumerate(files.items()):
-        reservoir = Reservoir(max(1, capacity // len(files)), seed, stream)
-        for path in paths:
-            for data, ends in whole_lines(HashedReader(path).blocks()):
-                reservoir.add(data, ends)
-        lines += reservoir.lines()
-        log.info("tokenizer sample: %d of %d %s lines", len(reservoir.slots), reservoir.seen, lang)
+    share = max(1, capacity // len(files))
+    samples = _in_parallel(_sample_language, [(lang, paths, share, seed, stream)
+                                              for stream, (lang, paths) in enumerate(files.items())], workers)
+    lines = [line for sample in samples for line in sample]
     if not lines:
         _no_pair(corpora)
     return lines
+
+
+def _sample_language(lang: str, paths: list[Path], capacity: int, seed: int, stream: int) -> list[str]:
+    reservoir = Reservoir(capacity, seed, stream)
+    for path in paths:
+        for data, ends in whole_lines(HashedReader(path).blocks()):
+            reservoir.add(data, ends)
+    log.info("tokenizer sample: %d of %d %s lines", len(reservoir.slots), reservoir.seen, lang)
+    return reservoir.lines()
+
+
+def _in_parallel(function, calls: list[tuple], workers: int) -> list:
+    """``[function(*args) for args in calls]``, in up to ``workers`` forked processes where the
+    platform forks (the results in order; an exception in one is raised here)."""
+    if workers <= 1 or len(calls) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [function(*args) for args in calls]
+    with multiprocessing.get_context("fork").Pool(min(workers, len(calls))) as pool:
+        return pool.starmap(function, calls)
 
 
 def train_tokenizers(config: Config, src_lines: list[str], tgt_lines: list[str]
@@ -681,11 +701,11 @@ def prepare(config: Config, output: str | Path, tokenizers: tuple | None = None,
     corpora, valid_sets = training_corpora(config, data_dir), validation_sets(config, data_dir)
     _check_readable([p for c in corpora + valid_sets for p in (c.src, c.tgt)])
     if tokenizers is None and multilingual:
-        lines = sample_by_language(corpora, config.tokenizer.max_sentences, config.train.seed)
+        lines = sample_by_language(corpora, config.tokenizer.max_sentences, config.train.seed, workers)
         tokenizers = train_tokenizers(config, lines, [])
     elif tokenizers is None:
         tokenizers = train_tokenizers(config, *sample_lines(corpora, config.tokenizer.max_sentences,
-                                                            config.train.seed))
+                                                            config.train.seed, workers))
     prefixes = _prefixes(config, corpora + valid_sets, tokenizers[0])
     t_tokenizers = time.monotonic() - t0
     dtype = np.dtype(dtype or shards.token_dtype(max(len(tokenizers[0]), len(tokenizers[1]))))
