@@ -49,16 +49,18 @@ def _spm(lines, vocab_size):
     return buf.getvalue()
 
 
-def save_tiny_marian(hf_dir: Path, source: list[str], target: list[str], logits_bias_std: float = 1.0):
-    """Build a tiny random MarianMTModel (2 + 2 layers, d_model 32) with SentencePiece models of
-    150 pieces trained on ``source``/``target`` and MarianMT's shared vocab.json, save it as a
-    Hugging Face directory ``hf_dir`` and return it (training mode). The final logits bias is
-    drawn from N(0, ``logits_bias_std``) and EOS's raised by ``EOS_BIAS``."""
-    src_spm, tgt_spm = _spm(source, 150), _spm(target, 150)
-    (hf_dir / "source.spm").write_bytes(src_spm)
-    (hf_dir / "target.spm").write_bytes(tgt_spm)
-    pieces = ["</s>", "<unk>"]  # MarianMT's layout: eos 0, unk 1, the pieces, pad last
-    for proto in (src_spm, tgt_spm):
+def save_marian(hf_dir: Path, protos: tuple[bytes, bytes], special: tuple[str, ...] = (), max_positions: int = 128,
+                logits_bias_std: float | None = None):
+    """Build a tiny random MarianMTModel (2 + 2 layers, d_model 32) with the source and target
+    SentencePiece models ``protos`` and MarianMT's shared vocab.json (EOS 0, unk 1, the tokens
+    ``special``, the pieces of both models, pad last), save it as a Hugging Face directory
+    ``hf_dir`` and return it (training mode). Its weight matrices are drawn from N(0, 0.3) for
+    peaked distributions (few near ties in search); with ``logits_bias_std`` the final logits
+    bias is drawn from N(0, ``logits_bias_std``) and EOS's raised by ``EOS_BIAS``."""
+    (hf_dir / "source.spm").write_bytes(protos[0])
+    (hf_dir / "target.spm").write_bytes(protos[1])
+    pieces = ["</s>", "<unk>", *special]
+    for proto in protos:
         sp = spm.SentencePieceProcessor(model_proto=proto)
         pieces += [p for p in (sp.id_to_piece(i) for i in range(3, len(sp))) if p not in pieces]
     pieces.append("<pad>")
@@ -67,19 +69,26 @@ def save_tiny_marian(hf_dir: Path, source: list[str], target: list[str], logits_
     config = transformers.MarianConfig(
         vocab_size=len(pieces), d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
         decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, activation_function="swish",
-        max_position_embeddings=128, scale_embedding=True, pad_token_id=pad, eos_token_id=0,
+        max_position_embeddings=max_positions, scale_embedding=True, pad_token_id=pad, eos_token_id=0,
         decoder_start_token_id=pad, forced_eos_token_id=None, dropout=0.1)
     torch.manual_seed(0)
     model = transformers.MarianMTModel(config)
-    with torch.no_grad():  # weights large enough for peaked distributions (few near ties in search)
+    with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 2 and "embed_positions" not in name:  # the sinusoids stay
                 p.normal_(0.0, 0.3)
-        if logits_bias_std:
-            model.final_logits_bias.normal_(0.0, logits_bias_std)
-        model.final_logits_bias[0, 0] += EOS_BIAS
+        if logits_bias_std is not None:
+            if logits_bias_std:
+                model.final_logits_bias.normal_(0.0, logits_bias_std)
+            model.final_logits_bias[0, 0] += EOS_BIAS
     model.save_pretrained(hf_dir)
     return model
+
+
+def save_tiny_marian(hf_dir: Path, source: list[str], target: list[str], logits_bias_std: float = 1.0):
+    """:func:`save_marian` with SentencePiece models of 150 pieces trained on ``source`` and
+    ``target``, the final logits bias drawn from N(0, ``logits_bias_std``), EOS's raised."""
+    return save_marian(hf_dir, (_spm(source, 150), _spm(target, 150)), logits_bias_std=logits_bias_std)
 
 
 @pytest.fixture(scope="module")

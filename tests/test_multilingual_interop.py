@@ -204,41 +204,19 @@ def save_tiny_opus_mul(hf_dir: Path):
     vocabulary holds ``>>deu<<`` and ``>>fra<<``, which the source SentencePiece model does not
     know (transformers' MarianTokenizer splits them off the text). Saved as a Hugging Face
     directory ``hf_dir``; returns the model in eval mode."""
-    import sentencepiece as spm
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
+    from tests.test_interop_marian import save_marian  # imported here: that module skips without transformers
 
     rng, words = random.Random(5), sorted(GERMAN_ENGLISH)
     german = [" ".join(rng.sample(words, rng.randint(2, 6))) for _ in range(300)]
-    protos = [_spm([toy_sentence(g, "en") for g in german], 40),
-              _spm([toy_sentence(g, lang) for g in german for lang in OPUS_LANGS.values()], 60)]
-    (hf_dir / "source.spm").write_bytes(protos[0])
-    (hf_dir / "target.spm").write_bytes(protos[1])
-    pieces = ["</s>", "<unk>", ">>deu<<", ">>fra<<"]  # MarianMT's layout: eos 0, unk 1, ..., pad last
-    for proto in protos:
-        sp = spm.SentencePieceProcessor(model_proto=proto)
-        pieces += [p for p in (sp.id_to_piece(i) for i in range(3, len(sp))) if p not in pieces]
-    pieces.append("<pad>")
-    (hf_dir / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(pieces)}), encoding="utf-8")
-    pad = len(pieces) - 1
-    config = transformers.MarianConfig(
-        vocab_size=len(pieces), d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, activation_function="swish",
-        max_position_embeddings=64, scale_embedding=True, pad_token_id=pad, eos_token_id=0,
-        decoder_start_token_id=pad, forced_eos_token_id=None, dropout=0.1)
-    torch.manual_seed(0)
-    model = transformers.MarianMTModel(config)
-    with torch.no_grad():  # peaked distributions (few near ties)
-        for name, p in model.named_parameters():
-            if p.dim() == 2 and "embed_positions" not in name:
-                p.normal_(0.0, 0.3)
-    model.save_pretrained(hf_dir)
-    return model.eval()
+    protos = (_spm([toy_sentence(g, "en") for g in german], 40),
+              _spm([toy_sentence(g, lang) for g in german for lang in OPUS_LANGS.values()], 60))
+    return save_marian(hf_dir, protos, special=(">>deu<<", ">>fra<<"), max_positions=64).eval()
 
 
 @pytest.fixture(scope="module")
 def opus(tmp_path_factory):
     """(MarianMT directory, the transformers model, its attnmt import)."""
-    from attnmt.interop.marian import import_marian
 
     hf_dir = tmp_path_factory.mktemp("opus-mt-en-mul")
     model = save_tiny_opus_mul(hf_dir)
