@@ -8,7 +8,9 @@ every 0.1 s from /proc:
 - ``prepare``: ``attnmt prepare CONFIG --output DIR --workers W``: wall seconds, pairs per
   second (input pairs / wall, start-up and SentencePiece training included), the tree's peak
   memory (summed PSS: forked workers share pages with their parent, which RSS would count
-  twice; and the largest single RSS), and disk per million pairs;
+  twice; and the largest single RSS), and disk per million pairs; beside it, what SentencePiece
+  alone encodes per second on one core with the same model (:func:`encoding_ceiling`: no
+  preparation on W cores passes W times it);
 - ``train (prepared)``: ``attnmt train`` with ``data.prepared: DIR`` for 2 updates (d_model 256,
   3+3 layers, the 8k vocabulary of the prepared directory, no validation set): wall seconds
   from start to exit, seconds to the first update (the first train record), peak RSS;
@@ -153,6 +155,26 @@ def attnmt(*args: str) -> list[str]:
     return ["nice", "-n", "5", sys.executable, "-m", "attnmt", *args]
 
 
+def encoding_ceiling(prepared_dir: Path, src: Path, tgt: Path, lines: int = 200_000) -> int:
+    """Pairs per second that SentencePiece alone encodes on one core: the prepared directory's
+    model on the first ``lines`` pairs of the corpus, both sides, in this process with one
+    thread (the text read and decoded beforehand). ``attnmt prepare`` on C cores cannot pass C
+    times this, whatever else it does."""
+    import itertools
+
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(prepared_dir / "spm.model"))
+    sides = []
+    for path in (src, tgt):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            sides.append([line.strip() for line in itertools.islice(f, lines)])
+    t0 = time.process_time()
+    for side in sides:
+        sp.encode(side, out_type=int, num_threads=1)
+    return round(len(sides[0]) / (time.process_time() - t0))
+
+
 def measure_k(args, k: int, work: Path, env: dict) -> dict:
     src, tgt, pairs = write_corpus(Path(args.data_dir), k, work / "corpus")
     text = write_config(work / "text.yaml", {"train_src": str(src), "train_tgt": str(tgt)}, args.max_sentences,
@@ -165,7 +187,8 @@ def measure_k(args, k: int, work: Path, env: dict) -> dict:
                      env, work / "prepare.log")
         size = sum(f.stat().st_size for f in prepared_dir.iterdir())
         row["prepare"] = dict(m, pairs_per_s=round(pairs / m["seconds"]), disk_mb=round(size / 1e6, 1),
-                              mb_per_million=round(size / 1e6 / (pairs / 1e6), 1))
+                              mb_per_million=round(size / 1e6 / (pairs / 1e6), 1),
+                              sentencepiece_pairs_per_s=encoding_ceiling(prepared_dir, src, tgt))
     config = write_config(work / "prepared.yaml", {"prepared": str(prepared_dir)}, args.max_sentences, args.updates)
     runs = {"prepared": (attnmt("train", str(config), "--output"), env),
             # the updates of torchrun x2 in one process: the same batches, by accumulating two a step
@@ -213,8 +236,16 @@ def table(rows: list[dict]) -> str:
                       " / ".join(map(str, m["rss_mib"][:2])) + " (each worker)" if name == "torchrun" else
                       f"{m['rss_mib'][0]}")
             lines.append(f"| {r['k']} | {r['pairs']:,} | {name} | {m['seconds']} | {m.get('first_update_s') or '-'} | "
-                         f"{memory} | {m.get('pairs_per_s', '-')} | {m.get('mb_per_million', '-')} |")
+                         f"{memory} | {_rate(m)} | {m.get('mb_per_million', '-')} |")
     return "\n".join(lines)
+
+
+def _rate(m: dict) -> str:
+    """Pairs/s of a prepare run, with SentencePiece's own rate on one core beside it."""
+    if "pairs_per_s" not in m:
+        return "-"
+    ceiling = m.get("sentencepiece_pairs_per_s")
+    return f"{m['pairs_per_s']}" + (f" (SentencePiece alone, 1 core: {ceiling})" if ceiling else "")
 
 
 def main(argv=None) -> int:
