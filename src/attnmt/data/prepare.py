@@ -9,8 +9,8 @@ the configuration names text files) both call :func:`prepare`. The steps:
    each side of the training text fills a seeded reservoir (:class:`Reservoir`, Vitter's
    algorithm R) of at most ``tokenizer.max_sentences`` lines (with several workers the sides, or
    a multilingual model's languages, are read at once, in processes of their own), and the
-   tokenizers are trained on its non-empty lines. A side within that size is sampled whole and in order, so the
-   tokenizers equal those trained on all of it.
+   tokenizers are trained on its non-empty lines. A side within that size is sampled whole and
+   in order, so the tokenizers equal those trained on all of it.
 3. A second pass reads the pairs in chunks of whole lines, as bytes (``attnmt.data.blocks``:
    blocks of a mebibyte, cut with numpy, no Python object per line), taking each file's
    SHA-256 as it reads; ``workers`` processes decode, encode and filter the chunks (in order);
