@@ -22,7 +22,6 @@ Exit status 1 when a check fails.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import shutil
 import subprocess
@@ -37,13 +36,9 @@ sys.path.insert(0, str(ROOT))
 from attnmt.decode.translator import Translator  # noqa: E402
 from attnmt.languages import corpus_directions, served_languages  # noqa: E402
 from benchmarks.load_test import start_server  # noqa: E402
+from benchmarks.multilingual import read  # noqa: E402
 from benchmarks.presets import machine  # noqa: E402
 from benchmarks.web import CHROMIUM_FLAGS, _serve  # noqa: E402
-
-
-def read(data: Path, lang: str, limit: int) -> list[str]:
-    path = data / "multi30k" / f"test_2016_flickr.{lang}.gz"
-    return gzip.decompress(path.read_bytes()).decode().splitlines()[:limit]
 
 
 def check_server(model: Path, tr: Translator, data: Path, sentences: int) -> list[dict]:
