@@ -331,6 +331,9 @@ class TrainConfig(_Section):
                         "cuda:N or mps; under torchrun 'cuda' is the GPU of the process's LOCAL_RANK")
     num_threads: int | None = Field(None, gt=0, description="CPU threads of PyTorch (None: its default, one per "
                                     "core)")
+    compile: bool = Field(False, description="speed switch: the training step's encoder and decoder stack through "
+                          "torch.compile (inductor, dynamic shapes; dropout draws stay PyTorch's own, so a seed gives "
+                          "the eager run's masks); the compile time counts against max_minutes; false: eager")
     valid_every: int = Field(1000, gt=0, description="validate every N updates")
     valid_bleu: bool = Field(True, description="validation also translates (greedy) and scores BLEU and chrF; the "
                              "best model is chosen by BLEU, else by validation loss")
@@ -415,6 +418,7 @@ APPLIES_ONLY_TO: dict[tuple[str, str], tuple[str, str, tuple[str | bool, ...]]] 
     ("model", "positional_layout"): ("model", "positional", ("sinusoidal",)),
     **{("decode", k): ("decode", "length_penalty_type", ("gnmt",)) for k in ("length_penalty", "length_penalty_k")},
     ("decode", "patience"): ("decode", "early_stopping", (True,)),
+    ("train", "compile"): ("train", "loss_normalization", ("tokens",)),
 }
 
 

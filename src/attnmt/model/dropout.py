@@ -8,8 +8,9 @@ with ``bernoulli_``, which costs a noticeable share of a small model's training 
 keeps a bool mask. Instead the mask is made here from uniform 15-bit integers compared with a
 threshold, which is the same Bernoulli draw with p rounded to a multiple of 1/32768:
 
-- the integers come from 64-bit words (``random_`` on int64) read as four 16-bit lanes with the
-  sign bit cleared, so one generator call serves four elements;
+- the integers come from 64-bit words (``randint`` over all int64 values) read as four 16-bit
+  lanes with the sign bit cleared, so one generator call serves four elements (under
+  torch.compile, which cannot view int64 as int16, the same lanes are cut by shifts);
 - the comparison is integer arithmetic without bool tensors (each lane minus (threshold - 1),
   clamped to [0, 1], is 1 = keep or 0 = drop), the mask is kept as int8 (one byte per element)
   and applied as a multiplication, in the forward and the backward pass.
@@ -57,7 +58,11 @@ def dropout(x: torch.Tensor, p: float, training: bool, time_shared: bool = False
 
 def _lanes(numel: int) -> torch.Tensor:
     """(numel,) int16 uniform on [0, 32767]: four lanes of each 64-bit draw, sign bit cleared."""
-    words = torch.empty((numel + _LANES - 1) // _LANES, dtype=torch.int64).random_()
+    # Uniform over all int64 values (the words of ``random_()``, which torch.compile cannot trace).
+    words = torch.randint(-2**63, 2**63 - 1, ((numel + _LANES - 1) // _LANES,), dtype=torch.int64)
+    if torch.compiler.is_compiling():  # torch.compile cannot view int64 as int16: the same lanes by shifts
+        shifts = torch.arange(0, 64, 16, dtype=torch.int64)  # lane k of a little-endian word: bits 16k..16k+15
+        return (words.unsqueeze(1) >> shifts).flatten()[:numel].bitwise_and_(_LEVELS - 1)
     return words.view(torch.int16)[:numel].bitwise_and_(_LEVELS - 1)
 
 

@@ -41,7 +41,11 @@ stop every rank at the same update boundary with a resumable checkpoint.
 
 "Best" means higher validation BLEU, then lower perplexity.
 
-Library: torch.optim (Adam, SGD, LambdaLR), tqdm.
+Compiled training step (``train.compile``, a speed switch): the encoder and decoder stacks of
+the loss go through ``torch.compile`` (:func:`compiled`; eager without a C++ compiler on CPU, with
+a warning); the run's graphs and compile seconds are in the ``done`` record.
+
+Library: torch.optim (Adam, SGD, LambdaLR), torch.compile, tqdm.
 """
 
 from __future__ import annotations
@@ -50,9 +54,12 @@ import contextlib
 import json
 import logging
 import math
+import os
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -123,6 +130,42 @@ class Progress:
     expected_steps: float = float("inf")  # updates the time budget is expected to hold (schedule time_budget)
 
 
+def compiled(function: Callable) -> Callable:
+    """``function`` through ``torch.compile`` (the inductor backend) with dynamic shapes, so that
+    batches of new lengths reuse the compiled code instead of compiling again; random draws
+    (dropout) are PyTorch's own kernels (``fallback_random``), so a seed gives the eager run's
+    masks. How many graphs a run compiled is :func:`compiled_graphs`.
+
+    Library: torch.compile (TorchDynamo and TorchInductor).
+    """
+    import torch._inductor.config as inductor_config
+
+    inductor_config.fallback_random = True
+    return torch.compile(function, dynamic=True)
+
+
+def compiler_missing(device: torch.device) -> str | None:
+    """Why ``torch.compile`` cannot run here, or None: on CPU the inductor backend builds its
+    kernels with a C++ compiler (``$CXX``, else g++, c++ or clang++ on PATH)."""
+    if device.type != "cpu":
+        return None
+    names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "c++", "clang++"]
+    if any(shutil.which(name) for name in names):
+        return None
+    return "no C++ compiler on PATH (Debian package g++), which torch.compile needs on CPU"
+
+
+def compiled_graphs() -> tuple[int, float]:
+    """The graphs TorchDynamo has compiled in this process (recompilations included) and the
+    seconds spent compiling them, forward and backward graphs (wall clock, part of the run's
+    minutes)."""
+    from torch._dynamo.utils import compilation_time_metrics, counters
+
+    seconds = sum(t for key, times in compilation_time_metrics.items()
+                  if key == "_compile.compile_inner" or key.endswith("bw_compiler") for t in times)
+    return int(counters["stats"]["unique_graphs"]), seconds
+
+
 class BatchLoss(torch.nn.Module):
     """The summed label-smoothed loss and NLL of one teacher-forced batch, as a module's
     forward: ``DistributedDataParallel`` synchronises the gradients of what the forward of the
@@ -135,9 +178,18 @@ class BatchLoss(torch.nn.Module):
             (``train.loss_normalization: sentences``), else the summed loss.
     """
 
-    def __init__(self, model: Transformer, label_smoothing: float, per_sentence: bool = False):
+    def __init__(self, model: Transformer, label_smoothing: float, per_sentence: bool = False,
+                 compile: bool = False):
         super().__init__()
         self.model, self.label_smoothing, self.per_sentence = model, label_smoothing, per_sentence
+        self.features = self._features
+        if compile:  # speed switch (train.compile): the stacks through inductor; the plain eager method otherwise
+            self.features = compiled(self._features)
+
+    def _features(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """The decoder's final states (B, T, D) of teacher-forced decoding: (B, S), (B, T) int64 ids."""
+        memory, src_mask, _ = self.model.encode(src)
+        return self.model.decoder.features(tgt_in, memory, src_mask)[0]
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -151,8 +203,7 @@ class BatchLoss(torch.nn.Module):
             loss, nll = label_smoothed_cross_entropy(logits.flatten(0, 1), target, eps, PAD_ID)
             return loss, loss, nll
         # Speed switch (memory): the loss from the decoder states and the output projection.
-        memory, src_mask, _ = self.model.encode(src)
-        states, _, _ = self.model.decoder.features(tgt_in, memory, src_mask)  # (B, T, D)
+        states = self.features(src, tgt_in)  # (B, T, D)
         projection = self.model.decoder.output_projection
         loss, nll = chunked_label_smoothed_cross_entropy(states.flatten(0, 1), projection.weight, target, eps, PAD_ID,
                                                          projection.bias)
@@ -227,7 +278,13 @@ class Trainer:
             alpha=tc.alpha, expected_steps=self.state.expected_steps, warmup_fraction=tc.warmup_fraction,
             budget_decay=tc.budget_decay))
         self.scaler = grad_scaler(self.precision, self.device.type)
-        self.loss = BatchLoss(self.model, tc.label_smoothing, per_sentence=tc.loss_normalization == "sentences")
+        compile = tc.compile
+        if compile and (missing := compiler_missing(self.device)):
+            log.warning("train.compile: %s: training eager instead", missing)
+            compile = False
+        self.compiled = compile
+        self.loss = BatchLoss(self.model, tc.label_smoothing, per_sentence=tc.loss_normalization == "sentences",
+                              compile=compile)
         if state is not None:
             self._restore(state)
         elif self.ranks.rank > 0:
@@ -760,8 +817,13 @@ class Trainer:
         result = self._result(s.stop_reason)
         s.finished = True
         if self.ranks.is_main:
+            compiles = {}
+            if self.compiled:
+                graphs, seconds = compiled_graphs()
+                compiles = {"compiled_graphs": graphs, "compile_seconds": round(seconds, 1)}
+                log.info("train.compile: %d graphs compiled in this process, in %.1f s", graphs, seconds)
             self.metrics.write("done", **asdict(result), precision=self.precision, processes=self.ranks.world_size,
-                               last_valid_bleu=s.last_valid_bleu)
+                               last_valid_bleu=s.last_valid_bleu, **compiles)
             self.save_checkpoint()
             log.info("done: %d updates, %.1f epochs, %.1f minutes, best valid BLEU %s, %.0f tgt tok/s", s.step,
                      result.epochs_done, result.minutes, _fmt(s.best_bleu), result.tgt_tokens_per_second)
