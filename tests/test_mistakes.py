@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -327,6 +328,10 @@ def client(tiny_run):
 
     tr = Translator.from_dir(tiny_run, device="cpu")
     with TestClient(create_app(lambda: tr, name="tiny", languages=("de", "en")), raise_server_exceptions=False) as c:
+        deadline = time.monotonic() + 60  # the model loads in a worker thread: until then every request is a 503
+        while c.get("/health").status_code != 200:
+            assert time.monotonic() < deadline, "the model did not load"
+            time.sleep(0.02)
         yield c
 
 

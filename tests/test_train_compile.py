@@ -6,18 +6,17 @@ lengths, and the option refused where it would do nothing."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import torch
 
 from attnmt.config import config_from_dict
 from attnmt.errors import ConfigError
-from attnmt.train.trainer import train
+from attnmt.train.trainer import compiler_missing, train
 from tests.conftest import copy_task_config
 
-needs_compiler = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("gcc") is None,
-                                reason="torch.compile's CPU backend needs a C++ compiler (Debian package g++)")
+needs_compiler = pytest.mark.skipif(compiler_missing(torch.device("cpu")) is not None,
+                                    reason="torch.compile's CPU backend needs a C++ compiler (Debian package g++)")
 
 
 def _records(run_dir, kind: str) -> list[dict]:

@@ -57,7 +57,8 @@ def dropout(x: torch.Tensor, p: float, training: bool, time_shared: bool = False
 
 
 def _lanes(numel: int) -> torch.Tensor:
-    """(numel,) int16 uniform on [0, 32767]: four lanes of each 64-bit draw, sign bit cleared."""
+    """(numel,) integers uniform on [0, 32767], int16 (int64 under torch.compile): four lanes of
+    each 64-bit draw, sign bit cleared."""
     # Uniform over all int64 values (the words of ``random_()``, which torch.compile cannot trace).
     words = torch.randint(-2**63, 2**63 - 1, ((numel + _LANES - 1) // _LANES,), dtype=torch.int64)
     if torch.compiler.is_compiling():  # torch.compile cannot view int64 as int16: the same lanes by shifts
