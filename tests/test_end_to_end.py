@@ -258,19 +258,27 @@ def test_plots_are_written(copy_run, tmp_path):
     assert proc.returncode == 0 and (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def straight_and_resumed(raw: dict, tmp_path, stop: int) -> tuple[dict, dict]:
+    """The last checkpoints of ``raw`` trained to its ``train.max_steps`` in one go
+    (``tmp_path/straight``) and stopped after ``stop`` updates, then resumed to the end
+    (``tmp_path/resumed``)."""
+    total = raw["train"]["max_steps"]
+    train(config_from_dict(raw), tmp_path / "straight", progress=False)
+    raw["train"]["max_steps"] = stop
+    train(config_from_dict(raw), tmp_path / "resumed", progress=False)
+    raw["train"]["max_steps"] = total
+    train(config_from_dict(raw), tmp_path / "resumed", resume=True, progress=False)
+    return tuple(torch.load(tmp_path / name / "checkpoints" / "last.pt", weights_only=True)
+                 for name in ("straight", "resumed"))
+
+
 def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     """Stopping after 30 updates and resuming to 60 gives bit-identical weights, optimizer state
     and learning rate to 60 updates in one go (data order, schedule and random state restored)."""
     raw = _config(tmp_path, max_steps=60)
     raw["train"].update(precision="fp32", batch_tokens=600, valid_bleu=False)
     raw["model"].update(dropout=0.1)  # the random state matters
-    train(config_from_dict(raw), tmp_path / "straight", progress=False)
-    raw["train"]["max_steps"] = 30
-    train(config_from_dict(raw), tmp_path / "resumed", progress=False)
-    raw["train"]["max_steps"] = 60
-    train(config_from_dict(raw), tmp_path / "resumed", resume=True, progress=False)
-    a, b = (torch.load(tmp_path / name / "checkpoints" / "last.pt", weights_only=True)
-            for name in ("straight", "resumed"))
+    a, b = straight_and_resumed(raw, tmp_path, 30)
     assert a["progress"]["step"] == b["progress"]["step"] == 60
     for key, value in a["model"].items():
         assert torch.equal(value, b["model"][key]), key

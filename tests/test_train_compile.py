@@ -14,6 +14,7 @@ from attnmt.config import config_from_dict
 from attnmt.errors import ConfigError
 from attnmt.train.trainer import compiler_missing, train
 from tests.conftest import copy_task_config
+from tests.test_end_to_end import straight_and_resumed
 
 needs_compiler = pytest.mark.skipif(compiler_missing(torch.device("cpu")) is not None,
                                     reason="torch.compile's CPU backend needs a C++ compiler (Debian package g++)")
@@ -49,14 +50,7 @@ def test_compiled_and_eager_losses_agree(tmp_path):
 
 @needs_compiler
 def test_resume_with_compile_is_bit_exact(tmp_path):
-    raw = _raw(tmp_path, 16, True)
-    train(config_from_dict(raw), tmp_path / "straight", progress=False)
-    raw["train"]["max_steps"] = 8
-    train(config_from_dict(raw), tmp_path / "resumed", progress=False)
-    raw["train"]["max_steps"] = 16
-    train(config_from_dict(raw), tmp_path / "resumed", resume=True, progress=False)
-    a, b = (torch.load(tmp_path / name / "checkpoints" / "last.pt", weights_only=True)
-            for name in ("straight", "resumed"))
+    a, b = straight_and_resumed(_raw(tmp_path, 16, True), tmp_path, 8)
     assert a["progress"]["step"] == b["progress"]["step"] == 16
     for key, value in a["model"].items():
         assert torch.equal(value, b["model"][key]), key
