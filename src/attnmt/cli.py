@@ -810,7 +810,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "changed since the checkpoint (otherwise refused)")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("prepare", help="encode and filter a configuration's corpora once into memory-mapped "
+    p = sub.add_parser("prepare", help="encode and filter a configuration's corpora once into token "
                                        "shards (then train with data.prepared: DIR)")
     p.add_argument("config", help="YAML configuration (its data and tokenizer sections)")
     p.add_argument("--output", required=True, help="directory to create")

@@ -110,7 +110,7 @@ class DataConfig(_Section):
     train: list[CorpusEntry] | None = Field(
         None, description="several training corpora with weights, instead of train_src/train_tgt")
     prepared: str | None = Field(
-        None, description="a directory written by 'attnmt prepare' (memory-mapped token shards, tokenizers, "
+        None, description="a directory written by 'attnmt prepare' (token shards, tokenizers, "
         "validation set); training then reads no text. Text keys beside it (the configuration it was prepared "
         "with) must name the files, filters and weights it was prepared from, or training stops")
     valid_src: str | None = Field(None, description="validation source file")

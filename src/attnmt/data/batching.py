@@ -66,7 +66,7 @@ def make_batch(src_ids: list[list[int]], tgt_ids: list[list[int]], start_id: int
 
 
 def batch_from_arrays(src_ids: list, tgt_ids: list, start_id: int = BOS_ID) -> Batch:
-    """:func:`make_batch` from id arrays (numpy, any integer dtype, e.g. memory-mapped shards):
+    """:func:`make_batch` from id arrays (numpy, any integer dtype, e.g. a shard's pairs):
     the same tensors, built with numpy instead of per-token Python lists."""
     def padded(rows: list, before: int | None, after: int | None) -> torch.Tensor:
         first, lengths = int(before is not None), np.fromiter(map(len, rows), np.int64, len(rows))

@@ -132,7 +132,7 @@ class Buckets:
 
     @classmethod
     def of(cls, src_len: np.ndarray, tgt_len: np.ndarray) -> "Buckets":
-        """The buckets of length arrays (specials included; in memory or memory-mapped)."""
+        """The buckets of length arrays (specials included; in memory or memory-mapped arrays)."""
         n = len(src_len)
         return cls.from_chunks(lambda: ((src_len[i: i + CHUNK], tgt_len[i: i + CHUNK]) for i in range(0, n, CHUNK)))
 

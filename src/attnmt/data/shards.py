@@ -1,4 +1,4 @@
-"""Prepared corpora on disk: flat token arrays with offsets, memory-mapped for training.
+"""Prepared corpora on disk: flat token arrays with offsets, read pair by pair for training.
 
 The layout follows fairseq's ``MMapIndexedDataset`` and nanoGPT's ``uint16`` ``np.memmap``
 files: per split (``train``, ``valid``) and shard ``k`` (at most :data:`SHARD_PAIRS` pairs),
@@ -14,22 +14,21 @@ files: per split (``train``, ``valid``) and shard ``k`` (at most :data:`SHARD_PA
     DATA_DIR/manifest.json             counts, filter drops, tokenizer hashes, config, fingerprint
     DATA_DIR/spm.model (or src./tgt. models, or word vocabularies)   the tokenizers
 
-Opening a directory (:class:`ShardedCorpus`) reads the manifest only; lengths, token arrays
-and offsets are memory-mapped, so a process touches just the pages it reads (the lengths when
-it plans an epoch, the pairs it batches), processes on one machine share them through the
-page cache, and after each batch the pages are unmapped from the process again
-(:meth:`ShardedCorpus.release`). A directory is
+Opening a directory (:class:`ShardedCorpus`) reads the manifest and each file's header only;
+lengths, token arrays and offsets are then read where needed by positioned reads (the lengths
+when a process plans an epoch, the pairs it batches), never held whole and never mapped, so
+the processes of a machine share them through the page cache and none grows with the corpus
+it has read (:class:`ShardFile`). A directory is
 written under a temporary name beside its destination and renamed into place when complete
 (:func:`staging_dir`), so a crash never leaves a half-written one.
 
-Library: numpy (``np.memmap``, ``np.load(mmap_mode='r')``).
+Library: numpy (``np.lib.format`` for the ``.npy`` headers), ``os.preadv``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import mmap
 import os
 import shutil
 import tempfile
@@ -189,16 +188,66 @@ def read_manifest(directory: str | Path) -> dict:
     return manifest
 
 
+class ShardFile:
+    """One file of a shard, read by positioned reads (``os.preadv``), never memory-mapped: the
+    pages a process reads stay in the page cache, shared by the processes of a machine, and
+    never count in its RSS. (A mapping would map whole page-cache folios around each pair read,
+    up to megabytes on recent kernels for freshly written files, and a training process's
+    peak would grow with them.) An ``.npy`` file's elements begin after its header.
+
+    Attributes:
+        path: the file. dtype: its elements' dtype. length: its number of elements.
+    Raises:
+        DataError: a missing or unreadable file, or an ``.npy`` header of another dtype.
+    """
+
+    def __init__(self, path: Path, dtype: np.dtype, npy: bool = False):
+        self.path, self.dtype = path, np.dtype(dtype)
+        try:
+            self._file = open(path, "rb", buffering=0)
+            self.start = 0
+            if npy:
+                major, _ = np.lib.format.read_magic(self._file)
+                header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+                shape, _, found = header(self._file)
+                if np.dtype(found) != self.dtype:
+                    raise ValueError(f"{found} elements, not {self.dtype}")
+                self.start = self._file.tell()
+            self.length = (os.fstat(self._file.fileno()).st_size - self.start) // self.dtype.itemsize
+        except (OSError, ValueError) as e:
+            raise DataError(f"{path}: unreadable shard file: {e}") from None
+
+    def read(self, first: int, count: int) -> np.ndarray:
+        """Elements ``first`` to ``first + count`` of the file, as a new array.
+
+        Raises:
+            DataError: the file ends before them (a truncated shard).
+        """
+        out = np.empty(count, self.dtype)
+        view = memoryview(out).cast("B")
+        offset = self.start + first * self.dtype.itemsize
+        if hasattr(os, "preadv"):
+            got = os.preadv(self._file.fileno(), [view], offset) if count else 0
+        else:  # platforms without preadv: seek and read (one reader per file object)
+            self._file.seek(offset)
+            got = self._file.readinto(view) or 0
+        if got != len(view):
+            raise DataError(f"{self.path}: the file ends before element {first + count} (truncated shard?)")
+        return out
+
+
 @dataclass
 class Shard:
-    src: np.ndarray  # memory-mapped ids
-    src_idx: np.ndarray  # memory-mapped int64 offsets
-    tgt: np.ndarray
-    tgt_idx: np.ndarray
+    src: ShardFile  # the source ids, end to end
+    src_idx: ShardFile  # int64 offsets
+    tgt: ShardFile
+    tgt_idx: ShardFile
+    lengths: ShardFile  # int32 (source, target) lengths, two elements a pair
 
 
 class ShardedCorpus:
-    """The pairs of one split of a prepared directory, memory-mapped.
+    """The pairs of one split of a prepared directory, read by positioned reads
+    (:class:`ShardFile`; five open files a shard).
 
     Attributes:
         corpora: the manifest's corpora of this split: name, first global index, pairs, weight.
@@ -214,84 +263,47 @@ class ShardedCorpus:
         info = manifest[split]
         self.dtype = np.dtype(manifest["token_dtype"])
         self.corpora, self.dropped = info.get("corpora", []), info["dropped"]
-        self.shards: list[Shard] = []
-        self._mmaps: list[mmap.mmap] = []
-        self._lengths: list[tuple[np.ndarray, mmap.mmap | None]] = []  # each shard's (pairs, 2) lengths, mapped
-        for entry in info["shards"]:
-            shard_lengths = self._load(f"{entry['name']}.len.npy", mapped=True, keep=False)
-            if len(shard_lengths) != entry["pairs"]:
-                raise DataError(f"{self.directory / entry['name']}.len.npy: {len(shard_lengths)} pairs, the "
-                                f"manifest says {entry['pairs']}")
-            self._lengths.append((shard_lengths.view(np.ndarray), getattr(shard_lengths, "_mmap", None)))
-            self.shards.append(Shard(*self._sides(entry["name"])))
+        self.shards = [self._open(entry["name"], entry["pairs"]) for entry in info["shards"]]
         self.starts = np.cumsum([0] + [e["pairs"] for e in info["shards"]])
 
-    def _load(self, name: str, mapped: bool = False, keep: bool = True) -> np.ndarray:
-        try:
-            array = np.load(self.directory / name, mmap_mode="r" if mapped else None)
-            return self._keep(array) if mapped and keep else array
-        except (OSError, ValueError) as e:
-            raise DataError(f"{self.directory / name}: unreadable shard file: {e}") from None
-
-    def _map(self, name: str, side: str) -> np.ndarray:
-        path = self.directory / f"{name}.{side}.bin"
-        try:
-            if path.stat().st_size == 0:
-                return np.zeros(0, self.dtype)
-            return self._keep(np.memmap(path, dtype=self.dtype, mode="r"))
-        except (OSError, ValueError) as e:
-            raise DataError(f"{path}: unreadable shard file: {e}") from None
-
-    def _keep(self, array: np.memmap) -> np.ndarray:
-        """``array`` as a plain ndarray view (it slices faster), its mapping kept for :meth:`release`."""
-        if hasattr(array._mmap, "madvise"):
-            self._mmaps.append(array._mmap)
-        return array.view(np.ndarray)
-
-    def _sides(self, name: str) -> list[np.ndarray]:
-        src, tgt = self._map(name, "src"), self._map(name, "tgt")
-        src_idx, tgt_idx = self._load(f"{name}.src.idx.npy", True), self._load(f"{name}.tgt.idx.npy", True)
-        if src_idx[-1] != len(src) or tgt_idx[-1] != len(tgt):
-            raise DataError(f"{self.directory / name}: token files and offsets disagree (truncated shard?)")
-        return [src, src_idx, tgt, tgt_idx]
+    def _open(self, name: str, pairs: int) -> Shard:
+        path = self.directory / name
+        shard = Shard(ShardFile(Path(f"{path}.src.bin"), self.dtype),
+                      ShardFile(Path(f"{path}.src.idx.npy"), np.int64, npy=True),
+                      ShardFile(Path(f"{path}.tgt.bin"), self.dtype),
+                      ShardFile(Path(f"{path}.tgt.idx.npy"), np.int64, npy=True),
+                      ShardFile(Path(f"{path}.len.npy"), np.int32, npy=True))
+        if shard.lengths.length != 2 * pairs:
+            raise DataError(f"{path}.len.npy: {shard.lengths.length // 2} pairs, the manifest says {pairs}")
+        for tokens, offsets in ((shard.src, shard.src_idx), (shard.tgt, shard.tgt_idx)):
+            if offsets.length != pairs + 1 or offsets.read(pairs, 1)[0] != tokens.length:
+                raise DataError(f"{path}: token files and offsets disagree (truncated shard?)")
+        return shard
 
     def __len__(self) -> int:
         return int(self.starts[-1])
 
     def length_chunks(self, size: int = 1 << 20) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The source and target lengths (int32, no specials) of every pair in order, ``size``
-        pairs at a time (copies), read from the memory-mapped length files; each file's pages
-        are unmapped again once read (:meth:`release`), so that reading all the lengths, as an
-        epoch's plan does, leaves this process no larger."""
-        for lengths, mapping in self._lengths:
-            for start in range(0, len(lengths), size):
-                part = np.array(lengths[start: start + size])
+        pairs at a time (new arrays, read from the length files)."""
+        for shard in self.shards:
+            pairs = shard.lengths.length // 2
+            for start in range(0, pairs, size):
+                part = shard.lengths.read(2 * start, 2 * min(size, pairs - start)).reshape(-1, 2)
                 yield part[:, 0], part[:, 1]
-            if mapping is not None and hasattr(mapping, "madvise"):
-                mapping.madvise(mmap.MADV_DONTNEED)
 
     def pair(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """The source and target ids of pair ``i`` (global index), as arrays of the token dtype."""
+        """The source and target ids of pair ``i`` (global index), as new arrays of the token dtype."""
         k = int(np.searchsorted(self.starts, i, side="right")) - 1
         s, j = self.shards[k], int(i - self.starts[k])
-        return s.src[s.src_idx[j]: s.src_idx[j + 1]], s.tgt[s.tgt_idx[j]: s.tgt_idx[j + 1]]
+        sides = []
+        for tokens, offsets in ((s.src, s.src_idx), (s.tgt, s.tgt_idx)):
+            first, end = offsets.read(j, 2).tolist()
+            sides.append(tokens.read(first, end - first))
+        return sides[0], sides[1]
 
     def pairs(self, indices) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Source and target id arrays of the pairs at ``indices``, in that order (copies).
-
-        The pages read are then unmapped from this process again (:meth:`release`), so a
-        process's RSS does not grow with the share of the corpus it has read.
-        """
-        found = [(s.copy(), t.copy()) for s, t in (self.pair(int(i)) for i in indices)]
-        self.release()
+        """Source and target id arrays of the pairs at ``indices``, in that order (new arrays;
+        four positioned reads a pair)."""
+        found = [self.pair(int(i)) for i in indices]
         return [s for s, _ in found], [t for _, t in found]
-
-    def release(self) -> None:
-        """Unmap the pages of the token and offset files that this process has touched
-        (``madvise(MADV_DONTNEED)``; a shared, read-only file mapping loses nothing: the pages
-        stay in the page cache and fault in again when read). Without it each batch's scattered
-        pairs would map about 64 KiB per pair and file (the kernel's fault-around) for good,
-        and a long run would map most of the corpus into every process. Nothing where the
-        platform has no ``madvise``."""
-        for m in self._mmaps:
-            m.madvise(mmap.MADV_DONTNEED)

@@ -7,13 +7,13 @@ configured text into ``RUN_DIR/data`` first (``attnmt.data.prepare``), so a rest
 never tokenises again; on a resume it checks that the text, the filters and the weights are
 still those the directory was made from. The other processes wait for rank 0 without a
 practical time limit (``distributed.broadcast_data``: preparing a large corpus takes hours).
-Every process then memory-maps the same directory (``attnmt.data.shards``); a process that
+Every process then reads the same directory (``attnmt.data.shards``); a process that
 cannot see rank 0's directory (another machine, text configuration) prepares its own copy with
 rank 0's tokenizers, which is the same, since preparation is deterministic. Before the first
 update every process checks that all read the same data (:func:`check_same_data`: fingerprint,
 shard count, pair count).
 
-Each epoch's batches are planned from the memory-mapped lengths (:func:`epoch_share`), and a
+Each epoch's batches are planned from the shards' lengths (:func:`epoch_share`), and a
 process keeps only its share of them. The run's checkpoint stores :func:`signature`: the
 manifest's fingerprint, the corpus weights, the batching settings and the batch planner. A
 resume whose signature differs stops with a one-line :class:`~attnmt.errors.ConfigError`
@@ -62,7 +62,7 @@ class ValidSet:
 
 @dataclass
 class CorpusData:
-    """The prepared training pairs (memory-mapped), the validation sets and the tokenizers."""
+    """The prepared training pairs (read where needed), the validation sets and the tokenizers."""
 
     src_tok: Tokenizer | WordTokenizer
     tgt_tok: Tokenizer | WordTokenizer
@@ -241,7 +241,7 @@ def write_run_tokenizers(config: Config, data: CorpusData, run_dir: Path) -> Non
 
 
 def buckets(corpus: shards.ShardedCorpus) -> Buckets:
-    """The length buckets of a prepared split, from its memory-mapped lengths (specials added:
+    """The length buckets of a prepared split, from its length files (specials added:
     source + EOS, BOS + target)."""
     return Buckets.from_chunks(lambda: ((src + 1, tgt + 1) for src, tgt in corpus.length_chunks()))
 

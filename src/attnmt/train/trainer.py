@@ -1,7 +1,7 @@
 """The training loop (paper section 5) as a small :class:`Trainer`.
 
 ``Trainer(config, run_dir).run()`` does the whole job. Setup opens the prepared corpus
-(``attnmt.train.data``: memory-mapped shards, prepared from text into ``RUN_DIR/data`` first
+(``attnmt.train.data``: token shards, prepared from text into ``RUN_DIR/data`` first
 when the configuration names text) and builds the model and Adam with the configured
 learning-rate schedule. Each update (:meth:`train_step`)
 takes ``accum_steps`` length-bucketed token batches, the label-smoothed loss with optional
