@@ -11,7 +11,7 @@ a fixed number of lines, as bytes, for worker processes to decode.
 Lines are split at ``\\n`` only; a last line without a newline is a line; line numbers count
 from 1.
 
-Library: hashlib, zlib, numpy.
+Library: hashlib, zlib (or python-isal's ``isal_zlib``, the same interface, where installed), numpy.
 """
 
 from __future__ import annotations
@@ -25,6 +25,12 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from attnmt.errors import DataError
+
+inflate_lib = zlib
+try:  # speed: ISA-L's inflate (python-isal), the same stream about twice as fast as zlib's
+    from isal import isal_zlib as inflate_lib  # noqa: F811
+except ImportError:
+    pass
 
 READ_BYTES = 1 << 20  # bytes of the file read at a time
 INFLATED_BYTES = 4 << 20  # at most this much text inflated from gzip at a time
@@ -64,7 +70,7 @@ class HashedReader:
         if first[:2] != b"\x1f\x8b":
             yield from _chain(first, pieces)
             return
-        inflate, inside = zlib.decompressobj(wbits=31), False  # inside: a gzip member begun, not ended
+        inflate, inside = inflate_lib.decompressobj(wbits=31), False  # inside: a gzip member begun, not ended
         try:
             for piece in _chain(first, pieces):
                 while piece:
@@ -72,12 +78,12 @@ class HashedReader:
                     yield inflate.decompress(piece, INFLATED_BYTES)
                     if inflate.eof:  # another member may follow
                         piece, inside = inflate.unused_data, False
-                        inflate = zlib.decompressobj(wbits=31)
+                        inflate = inflate_lib.decompressobj(wbits=31)
                     else:
                         piece = inflate.unconsumed_tail
             if inside:
                 raise EOFError("the file ends inside a gzip member")
-        except (EOFError, zlib.error) as e:
+        except (EOFError, zlib.error, inflate_lib.error) as e:
             raise DataError(f"{self.path}: corrupt gzip file: {e}") from None
 
     def _pieces(self) -> Iterator[bytes]:

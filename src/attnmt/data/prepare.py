@@ -1,5 +1,5 @@
 """Preparing a corpus once: stream the text, train the tokenizers on a sample, filter, encode
-in worker processes and write memory-mapped shards (``attnmt.data.shards``).
+in worker processes and write token shards (``attnmt.data.shards``).
 
 ``attnmt prepare CONFIG --output DATA_DIR`` and ``attnmt train`` (into ``RUN_DIR/data``, when
 the configuration names text files) both call :func:`prepare`. The steps:
@@ -443,10 +443,14 @@ def encode_chunk(src_lines: list[str], tgt_lines: list[str], src_tok, tgt_tok, f
     """Encode and filter one chunk of pairs (every filter but ``duplicate``, which needs all
     chunks: the caller applies it to :attr:`Chunk.hashes`)."""
     nonempty = np.array([i for i, (s, t) in enumerate(zip(src_lines, tgt_lines)) if s and t], dtype=np.int64)
-    src_ids = src_tok.encode_batch([src_lines[i] for i in nonempty])
+    sources, targets = [src_lines[i] for i in nonempty], [tgt_lines[i] for i in nonempty]
+    if src_tok is tgt_tok:  # a joint vocabulary: both sides in one call
+        both = src_tok.encode_batch(sources + targets)
+        src_ids, tgt_ids = both[: len(sources)], both[len(sources):]
+    else:
+        src_ids, tgt_ids = src_tok.encode_batch(sources), tgt_tok.encode_batch(targets)
     if filters.prefix:
         src_ids = [[*filters.prefix, *ids] for ids in src_ids]
-    tgt_ids = tgt_tok.encode_batch([tgt_lines[i] for i in nonempty])
     src_len = np.fromiter(map(len, src_ids), np.int64, len(nonempty))
     tgt_len = np.fromiter(map(len, tgt_ids), np.int64, len(nonempty))
     reason = np.zeros(len(nonempty), np.int8)
@@ -515,7 +519,11 @@ def _rebuild(recipe):
 
 def _init_worker(src_recipe, tgt_recipe, joint: bool, filters: Filters, dtype: str) -> None:
     src = _rebuild(src_recipe)
-    _WORKER.update(src=src, tgt=src if joint else _rebuild(tgt_recipe), filters=filters, dtype=np.dtype(dtype))
+    tgt = src if joint else _rebuild(tgt_recipe)
+    for tok in (src, tgt):
+        if isinstance(tok, Tokenizer):
+            tok.threads = 1  # a process a core: more threads would only contend
+    _WORKER.update(src=src, tgt=tgt, filters=filters, dtype=np.dtype(dtype))
 
 
 def _worker_chunk(job: TextChunk) -> Chunk:

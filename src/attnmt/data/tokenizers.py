@@ -42,6 +42,7 @@ class Tokenizer:
     """A SentencePiece model: raw text <-> ids (specials excluded from the output)."""
 
     FILE = "spm.model"  # file name in a model directory (with 'src.'/'tgt.' for separate models)
+    threads = 2  # SentencePiece's threads in encode_batch (1 in attnmt prepare's worker processes, one a core)
 
     def __init__(self, model_proto: bytes, name: str = "SentencePiece model"):
         self._proto = model_proto
@@ -135,7 +136,7 @@ class Tokenizer:
         return self._sp.encode(text, out_type=int)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return self._sp.encode(texts, out_type=int, num_threads=2)
+        return self._sp.encode(texts, out_type=int, num_threads=self.threads)
 
     def decode(self, ids: list[int]) -> str:
         """Raw (detokenized) text of subword ids; special ids are dropped."""
@@ -294,7 +295,7 @@ class VocabTokenizer(Tokenizer):
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [[self._ids.get(p, UNK_ID) for p in pieces]
-                for pieces in self._sp.encode(texts, out_type=str, num_threads=2)]
+                for pieces in self._sp.encode(texts, out_type=str, num_threads=self.threads)]
 
     def decode(self, ids: list[int]) -> str:
         """Raw text of vocabulary ids; PAD and EOS are dropped (BOS_ID is an ordinary piece here)."""
