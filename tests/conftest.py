@@ -198,6 +198,15 @@ def tiny_run(tmp_path_factory) -> Path:
     return tmp_path / "run"
 
 
+def wait_ready(client, seconds: float = 60) -> None:
+    """Wait until a test client's app answers ``/health`` with 200: the server loads its model in
+    a worker thread, and until then every request is a 503 "loading"."""
+    deadline = time.monotonic() + seconds
+    while client.get("/health").status_code != 200:
+        assert time.monotonic() < deadline, "the model did not load"
+        time.sleep(0.02)
+
+
 @contextlib.contextmanager
 def live_server(app) -> Iterator[str]:
     """``app`` served by uvicorn on a free port, in a thread (for what needs a real connection:

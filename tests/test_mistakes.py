@@ -9,7 +9,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from attnmt import rundir
 from attnmt.decode.translator import Translator
+from tests.conftest import wait_ready
 from tests.test_hardening import assert_one_line_error, run_cli
 
 ATTNMT = [sys.executable, "-m", "attnmt"]
@@ -328,10 +328,7 @@ def client(tiny_run):
 
     tr = Translator.from_dir(tiny_run, device="cpu")
     with TestClient(create_app(lambda: tr, name="tiny", languages=("de", "en")), raise_server_exceptions=False) as c:
-        deadline = time.monotonic() + 60  # the model loads in a worker thread: until then every request is a 503
-        while c.get("/health").status_code != 200:
-            assert time.monotonic() < deadline, "the model did not load"
-            time.sleep(0.02)
+        wait_ready(c)
         yield c
 
 

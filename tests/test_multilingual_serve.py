@@ -18,8 +18,7 @@ from attnmt.decode.alignment import format_alignment
 from attnmt.decode.translator import Translator
 from attnmt.serve.app import create_app
 from attnmt.serve.settings import ServeSettings
-from tests.conftest import ENGLISH_FRENCH, GERMAN_ENGLISH, toy_sentence
-from tests.test_serve_api import _wait_ready
+from tests.conftest import ENGLISH_FRENCH, GERMAN_ENGLISH, toy_sentence, wait_ready
 from tests.test_serve_page import CHROMIUM, _start
 from tests.test_serve_stream import _stream
 
@@ -172,7 +171,7 @@ def test_the_page_offers_the_target_languages(url):
 
 def test_a_bilingual_model_takes_its_own_target_or_none(dictionary_model_dir):
     with TestClient(create_app(lambda: Translator.from_dir(dictionary_model_dir), languages=("de", "en"))) as c:
-        _wait_ready(c)
+        wait_ready(c)
         info = c.get("/v1/models").json()["data"][0]
         assert (info["multilingual"], info["source_languages"], info["target_languages"]) == (False, ["de"], ["en"])
         plain = c.post("/v1/translate", json={"text": "frau sieht hund"}).json()

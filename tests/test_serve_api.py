@@ -18,6 +18,7 @@ from attnmt import cli
 from attnmt.decode.translator import Translator
 from attnmt.serve.app import create_app
 from attnmt.serve.settings import ServeSettings
+from tests.conftest import wait_ready
 
 SENTENCES = ["ein mann sieht hund", "frau fährt auto", "kind spielt ball und katze sieht haus", "groß rot",
              "hund und katze", "mann fährt rot auto durch stadt", "frau sieht kind", "katze"]
@@ -28,18 +29,11 @@ def translator(dictionary_model_dir):
     return Translator.from_dir(dictionary_model_dir)
 
 
-def _wait_ready(client, seconds=60):
-    deadline = time.monotonic() + seconds
-    while client.get("/health").status_code != 200:
-        assert time.monotonic() < deadline, "the model did not load"
-        time.sleep(0.02)
-
-
 @pytest.fixture(scope="module")
 def client(translator):
     settings = ServeSettings(max_sentences=8, max_chars=60, max_beam_size=6, max_body_bytes=3000)
     with TestClient(create_app(lambda: translator, settings, name="dictionary")) as c:
-        _wait_ready(c)
+        wait_ready(c)
         yield c
 
 
@@ -131,7 +125,7 @@ def test_health_before_and_after_loading(translator):
         assert r.status_code == 503 and r.headers["retry-after"] == "7"
         assert c.get("/v1/models").status_code == 503
         loaded.set()
-        _wait_ready(c)
+        wait_ready(c)
         assert c.get("/health").json() == {"status": "ready"}
         assert c.post("/v1/translate", json={"text": "hund"}).status_code == 200
 
@@ -149,7 +143,7 @@ def test_failed_loading_is_reported(tmp_path):
 def test_queue_full_and_timeout(translator):
     settings = ServeSettings(max_queue=2, retry_after_s=3, request_timeout_s=0.001, max_wait_ms=200)
     with TestClient(create_app(lambda: translator, settings)) as c:
-        _wait_ready(c)
+        wait_ready(c)
         r = c.post("/v1/translate", json={"text": SENTENCES[:3]})
         assert r.status_code == 503 and r.headers["retry-after"] == "3" and "queued" in r.json()["detail"]
         r = c.post("/v1/translate", json={"text": SENTENCES[0]})  # waits 200 ms for company; gives up after 1 ms
@@ -159,7 +153,7 @@ def test_queue_full_and_timeout(translator):
 
 def test_attention_layer_setting(translator):
     with TestClient(create_app(lambda: translator, ServeSettings(attention_layer=1))) as c:
-        _wait_ready(c)
+        wait_ready(c)
         att = c.post("/v1/translate", json={"text": "hund", "return_attention": True}).json()["translations"][0]
     att = att["attention"]
     src_ids = translator.encode_sources(["hund"])[0]

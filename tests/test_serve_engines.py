@@ -15,8 +15,8 @@ from attnmt.decode.translator import Translator
 from attnmt.rundir import CONFIG, WEIGHTS, read_config, save_weights, write_config
 from attnmt.serve.app import create_app
 from attnmt.serve.settings import ServeSettings
-from tests.conftest import live_server
-from tests.test_serve_api import SENTENCES, _wait_ready
+from tests.conftest import live_server, wait_ready
+from tests.test_serve_api import SENTENCES
 
 pytest.importorskip("ctranslate2")
 pytest.importorskip("onnxruntime")
@@ -61,7 +61,7 @@ def test_every_engine_serves_the_same_translations(dirs):
         app = create_app(lambda engine=engine: _translator(dirs, engine), ServeSettings(), name=engine,
                          languages=_languages(dirs, engine))
         with TestClient(app) as c:
-            _wait_ready(c)
+            wait_ready(c)
             r = c.post("/v1/translate", json={"text": texts, "beam_size": 4, "nbest": 2, "return_scores": True})
             assert r.status_code == 200
             replies[engine] = r.json()["translations"]
@@ -88,7 +88,7 @@ def test_models_route_describes_an_imported_model(dirs):
     app = create_app(lambda: _translator(dirs, "imported"), ServeSettings(), name="imported",
                      languages=_languages(dirs, "imported"))
     with TestClient(app) as c:
-        _wait_ready(c)
+        wait_ready(c)
         r = c.get("/v1/models")
         assert r.status_code == 200
         info = r.json()["data"][0]

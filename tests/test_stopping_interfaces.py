@@ -13,6 +13,7 @@ from attnmt import cli
 from attnmt.decode.translator import Translator
 from attnmt.serve.app import create_app
 from attnmt.serve.settings import ServeSettings
+from tests.conftest import wait_ready
 
 SENTENCES = ["alpha bravo charlie", "delta echo", "foxtrot golf hotel india juliet alpha", "bravo"]
 
@@ -68,8 +69,7 @@ def test_serve_default_from_the_command_line(tiny_run, monkeypatch):
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: apps.append(app))
     assert cli.main(["serve", "--model", str(tiny_run), "--early-stopping", "true", "--patience", "1.5"]) == 0
     with TestClient(apps[0]) as client:
-        while client.get("/health").status_code != 200:
-            pass
+        wait_ready(client)
         decode = client.get("/v1/models").json()["data"][0]["decode"]
         assert (decode["early_stopping"], decode["patience"]) == (True, 1.5)
 
@@ -86,8 +86,7 @@ def served(tiny_run):
 
     translator.translate_ids = recording
     with TestClient(create_app(lambda: translator, ServeSettings(max_wait_ms=1))) as client:
-        while client.get("/health").status_code != 200:
-            pass
+        wait_ready(client)
         yield client, translator, seen
 
 
