@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from attnmt.config import config_from_dict
+from attnmt.data import blocks
 from attnmt.data import prepare as prepare_module
 from attnmt.data.blocks import HashedReader, line_chunks, pair_chunks, whole_lines
 from attnmt.data.prepare import Reservoir, prepare
@@ -43,7 +44,9 @@ def test_chunks_of_whole_lines_however_the_blocks_are_cut(ending):
         assert [c.count(b"\n") for c, _ in chunks[:-1]] == [10] * 10
 
 
-def test_gzip_of_several_members_is_read_and_hashed_as_stored(tmp_path):
+@pytest.mark.parametrize("library", ["zlib", "isal.isal_zlib"])
+def test_gzip_of_several_members_is_read_and_hashed_as_stored(tmp_path, monkeypatch, library):
+    monkeypatch.setattr(blocks, "inflate_lib", pytest.importorskip(library))  # python-isal where installed, else zlib
     path = tmp_path / "two.gz"
     path.write_bytes(gzip.compress(b"eins\nzwei\n") + gzip.compress(b"drei\n"))
     reader = HashedReader(path)
