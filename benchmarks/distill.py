@@ -42,16 +42,19 @@ def _attnmt(*args: str) -> tuple[float, str]:
     return _run([sys.executable, "-m", "attnmt", *args])
 
 
-def _evaluate(model: Path, src: Path, ref: Path, beam: int) -> dict:
+def _evaluate(model: Path, src: Path, ref: Path, beam: int, options: tuple[str, ...] = ()) -> dict:
+    """BLEU and chrF of ``attnmt evaluate`` with beam size ``beam`` (``options``: more of its flags)."""
     _, out = _attnmt("evaluate", "--model", str(model), "--src", str(src), "--ref", str(ref), "--beam-size",
-                     str(beam), "--json")
+                     str(beam), "--json", *options)
     scores = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
     return {"bleu": round(scores["bleu"], 2), "chrf": round(scores["chrf"], 2)}
 
 
-def _translate(model: Path, src: Path, out: Path, beam: int, engine: str) -> tuple[float, float]:
+def _translate(model: Path, src: Path, out: Path, beam: int, engine: str = "native",
+               options: tuple[str, ...] = ()) -> tuple[float, float]:
+    """(process seconds, decode seconds) of one ``attnmt translate`` in batches of 128."""
     cmd = ["translate", "--model", str(model), "--input", str(src), "--output", str(out), "--beam-size", str(beam),
-           "--batch-size", "128"]
+           "--batch-size", "128", *options]
     if engine != "native":
         cmd += ["--engine", engine]
     process_s, log = _attnmt(*cmd)

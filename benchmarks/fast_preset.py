@@ -26,32 +26,17 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import re
 import shutil
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from engines import _run  # noqa: E402  (wall seconds and output of a whole process; a failure ends the run)
+from distill import _evaluate, _translate  # noqa: E402  (attnmt evaluate / translate as whole processes)
 
 
-def _settings(beam: int, alpha: float) -> list[str]:
-    return ["--beam-size", str(beam), "--length-penalty", str(alpha), "--early-stopping", "true"]
-
-
-def _evaluate(model: Path, src: Path, ref: Path, beam: int, alpha: float) -> dict:
-    _, out = _run([sys.executable, "-m", "attnmt", "evaluate", "--model", str(model), "--src", str(src),
-                   "--ref", str(ref), "--json", *_settings(beam, alpha)])
-    scores = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
-    return {"bleu": round(scores["bleu"], 2), "chrf": round(scores["chrf"], 2)}
-
-
-def _translate(model: Path, src: Path, out: Path, beam: int, alpha: float) -> dict:
-    process_s, log = _run([sys.executable, "-m", "attnmt", "translate", "--model", str(model), "--input", str(src),
-                           "--output", str(out), "--batch-size", "128", *_settings(beam, alpha)])
-    return {"process_s": round(process_s, 2),
-            "decode_s": float(re.search(r"translated \d+ lines in ([\d.]+) s", log).group(1))}
+def _options(alpha: float) -> tuple[str, ...]:
+    return ("--length-penalty", str(alpha), "--early-stopping", "true")
 
 
 def _write(data: Path, split: str, lang: str, path: Path, limit: int | None, repeat: int = 1) -> None:
@@ -87,7 +72,7 @@ def main() -> None:
     for beam in map(int, args.beams.split(",")):
         for alpha in map(float, args.alphas.split(",")):
             key = f"beam {beam}, alpha {alpha}"
-            result["val"][key] = _evaluate(args.fast, files["val.de"], files["val.en"], beam, alpha)
+            result["val"][key] = _evaluate(args.fast, files["val.de"], files["val.en"], beam, _options(alpha))
             print(json.dumps({f"fast val {key}": result["val"][key]}), flush=True)
     best = max(v["bleu"] for v in result["val"].values())
     # The smallest beam within the tolerance, then its best length penalty.
@@ -98,12 +83,14 @@ def main() -> None:
     models = {"default": args.default, "fast": args.fast}
     for name, model in models.items():
         s = result["settings"][name]
-        result["test"][name] = _evaluate(model, files["test.de"], files["test.en"], s["beam"], s["alpha"])
+        result["test"][name] = _evaluate(model, files["test.de"], files["test.en"], s["beam"], _options(s["alpha"]))
         print(json.dumps({f"{name} test": result["test"][name], "settings": s}), flush=True)
     for _ in range(args.rounds):
         for name, model in models.items():
             s = result["settings"][name]
-            timing = _translate(model, files["test_x.de"], args.work / "out.txt", s["beam"], s["alpha"])
+            process_s, decode_s = _translate(model, files["test_x.de"], args.work / "out.txt", s["beam"],
+                                             options=_options(s["alpha"]))
+            timing = {"process_s": round(process_s, 2), "decode_s": decode_s}
             if name not in result["speed"] or timing["process_s"] < result["speed"][name]["process_s"]:
                 result["speed"][name] = timing
             print(json.dumps({f"{name} speed": timing}), flush=True)
