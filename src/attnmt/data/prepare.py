@@ -442,8 +442,11 @@ def encode_chunk(src_lines: list[str], tgt_lines: list[str], src_tok, tgt_tok, f
                  dtype: np.dtype) -> Chunk:
     """Encode and filter one chunk of pairs (every filter but ``duplicate``, which needs all
     chunks: the caller applies it to :attr:`Chunk.hashes`)."""
-    nonempty = np.array([i for i, (s, t) in enumerate(zip(src_lines, tgt_lines)) if s and t], dtype=np.int64)
-    sources, targets = [src_lines[i] for i in nonempty], [tgt_lines[i] for i in nonempty]
+    if all(src_lines) and all(tgt_lines):  # the usual chunk: no empty line, nothing to pick out
+        nonempty, sources, targets = np.arange(len(src_lines)), src_lines, tgt_lines
+    else:
+        nonempty = np.array([i for i, (s, t) in enumerate(zip(src_lines, tgt_lines)) if s and t], dtype=np.int64)
+        sources, targets = [src_lines[i] for i in nonempty], [tgt_lines[i] for i in nonempty]
     if src_tok is tgt_tok:  # a joint vocabulary: both sides in one call
         both = src_tok.encode_batch(sources + targets)
         src_ids, tgt_ids = both[: len(sources)], both[len(sources):]
@@ -472,7 +475,7 @@ def encode_chunk(src_lines: list[str], tgt_lines: list[str], src_tok, tgt_tok, f
 
 
 def _flat(ids: list[list[int]], keep: np.ndarray, lengths: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    kept = itertools.compress(ids, keep)
+    kept = ids if keep.all() else itertools.compress(ids, keep)
     return np.fromiter(itertools.chain.from_iterable(kept), dtype, int(lengths[keep].sum()))
 
 
