@@ -443,7 +443,7 @@ def encode_chunk(src_lines: list[str], tgt_lines: list[str], src_tok, tgt_tok, f
     """Encode and filter one chunk of pairs (every filter but ``duplicate``, which needs all
     chunks: the caller applies it to :attr:`Chunk.hashes`)."""
     if all(src_lines) and all(tgt_lines):  # the usual chunk: no empty line, nothing to pick out
-        nonempty, sources, targets = np.arange(len(src_lines)), src_lines, tgt_lines
+        nonempty, sources, targets = np.arange(len(src_lines), dtype=np.int64), src_lines, tgt_lines
     else:
         nonempty = np.array([i for i, (s, t) in enumerate(zip(src_lines, tgt_lines)) if s and t], dtype=np.int64)
         sources, targets = [src_lines[i] for i in nonempty], [tgt_lines[i] for i in nonempty]
