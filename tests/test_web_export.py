@@ -263,18 +263,30 @@ def test_page_reports_a_model_its_worker_cannot_load(browser, site, tmp_path):
         server.close()
 
 
-def test_web_graph_gathers_the_rows_it_is_told(tiny_run, tmp_path):
+def test_web_graph_gathers_the_rows_it_is_told(tiny_run, tmp_path, caplog):
     """attnmt.interop.web_graph: the rewritten decoder step, given the previous step's caches
     (P rows), the source of every sentence of the batch and the row indices, computes what the
     exported graph computes on those rows gathered beforehand, bit for bit: here 2 of 3 sentences
-    (the third has finished), 2 hypotheses each, continuing rows 4, 0 | 0, 1 of 5."""
+    (the third has finished), 2 hypotheses each, continuing rows 4, 0 | 0, 1 of 5. The export
+    shows no tracer warning, and the int8 quantizer's chatter on the root logger is not shown."""
+    import logging
+    import warnings
+
     import numpy as np
     import onnxruntime as ort
+    import torch
 
     from attnmt.interop.onnx import export_onnx
+    from attnmt.interop.web import _quantize_int8
     from attnmt.interop.web_graph import gather_rows_in_graph
 
-    out = export_onnx(tiny_run, tmp_path / "onnx", attention=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", torch.jit.TracerWarning)
+        out = export_onnx(tiny_run, tmp_path / "onnx", attention=True)
+    caplog.set_level(logging.INFO)
+    _quantize_int8(out / "encoder.onnx", tmp_path / "encoder_int8.onnx")
+    assert (tmp_path / "encoder_int8.onnx").stat().st_size > 0
+    assert not [r for r in caplog.records if r.name == "root"]
     shutil.copyfile(out / "decoder_step.onnx", tmp_path / "web_step.onnx")
     gather_rows_in_graph(tmp_path / "web_step.onnx")
     with pytest.raises(ValueError, match="already has"):

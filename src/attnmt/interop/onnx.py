@@ -37,6 +37,7 @@ Library: torch.onnx (export), onnx (checking), onnxruntime (``pip install 'attnm
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,6 +117,16 @@ class DecoderStepGraph(nn.Module):
 
 
 def _export_graphs(model: Transformer, output: Path, attention: bool = False) -> None:
+    # The tracer warns at every Python branch on a tensor's size. Those in the model are checks that
+    # raise (a length past the position table, query rows that do not split over key rows) or branches
+    # that are the same at every size the graphs meet (one query position per step; the beam axis,
+    # traced at 2 and computed from the sizes; the head size): not worth a screen of warnings.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+        _trace_graphs(model, output, attention)
+
+
+def _trace_graphs(model: Transformer, output: Path, attention: bool) -> None:
     cfg, vocab = model.config, model.decoder.output_projection.weight.size(0)
     layers, heads, head_dim = cfg.num_decoder_layers, cfg.num_heads, cfg.d_model // cfg.num_heads
     src = torch.randint(4, vocab, (2, 5))

@@ -97,7 +97,15 @@ def _quantize_int8(src: Path, dst: Path) -> None:
     require("onnxruntime")
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    def shown(record: logging.LogRecord) -> bool:  # not its INFO lines, nor its advice to pre-process
+        return record.levelno > logging.INFO and "pre-processing before quantization" not in record.getMessage()
+
+    root = logging.getLogger()  # the quantizer logs an INFO line per tensor straight to the root logger
+    root.addFilter(shown)  # (a root filter sees only the root's own records, not attnmt's)
+    try:
+        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    finally:
+        root.removeFilter(shown)
 
 
 def _tokenizer_files(model_dir: Path, src_tok, tgt_tok, out: Path) -> dict:
