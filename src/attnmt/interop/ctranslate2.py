@@ -142,7 +142,7 @@ def quantize_int8_rows(weight: np.ndarray, bits: int = 7) -> tuple[np.ndarray, n
         raise ValueError(f"int8 weights take 7 or 8 bits, not {bits}")
     qmax = np.float32(2 ** (bits - 1) - 1)
     amax = np.abs(weight).max(axis=1).astype(np.float32)
-    # a zero row (an unused piece's embedding, the padding row) divides qmax by itself: scale 1, no overflow
+    # a zero row (e.g. the padding id's embedding) divides qmax by itself: scale 1, no overflow
     scale = qmax / np.where(amax > 0, np.maximum(amax, qmax / np.finfo(np.float32).max), qmax)
     q = np.clip(np.rint(weight * scale[:, None]), -qmax, qmax).astype(np.int8)
     return q, scale.astype(np.float32)
