@@ -125,6 +125,26 @@ def test_beam_size_one_equals_greedy_and_batching_is_invisible(device):
         assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-4)
 
 
+def test_the_first_step_decodes_one_row_per_sentence_then_k():
+    """Every sentence starts with one hypothesis (BOS): the first step runs on B rows, not B x K,
+    and the K beams of each sentence come from its 2K best first tokens."""
+    model = tiny_model(seed=3, vocab=40)
+    src = _random_sources(seed=1, rows=4, length=9, short_row=1, short_length=5)
+    rows: list[int] = []
+    step = model.decode_step
+
+    def counting_step(tokens, memory, src_mask, cache):
+        rows.append(tokens.size(0))
+        return step(tokens, memory, src_mask, cache)
+
+    model.decode_step = counting_step
+    result = beam_search(model, src, beam_size=3, max_len_a=1.0, max_len_b=5, nbest=3)
+    assert rows[0] == 4 and rows[1] == 4 * 3
+    assert all(r % 3 == 0 for r in rows[1:])
+    for hyps in result:  # three distinct hypotheses: the K beams did not start as copies of one
+        assert len({tuple(h.tokens) for h in hyps}) == 3
+
+
 def test_hypothesis_scores_are_consistent():
     model = tiny_model(seed=4, vocab=40)
     src = torch.tensor([[5, 6, 7, 8, EOS_ID]])

@@ -4,7 +4,9 @@ Length penalty (Wu et al., 2016, equation 14): lp(Y) = ((k + |Y|) / (k + 1))^alp
 the number of output tokens including EOS and k = 5 in the paper (``length_penalty_k``); a
 finished hypothesis is ranked by log P(Y | X) / lp(Y). alpha = 0 ranks by log-probability.
 
-Each step keeps K open hypotheses (beams) per sentence. Of the 2K best one-token extensions
+Each step keeps K open hypotheses (beams) per sentence. A sentence starts with one hypothesis
+(BOS), so the first step runs on one row per sentence, not K (CTranslate2's CPU search does the
+same); from the second step on each sentence has K rows. Of the 2K best one-token extensions
 (:func:`best_extensions`), those ending with EOS and ranked within the first K become finished
 hypotheses; the K best others stay open (fairseq's and CTranslate2's scheme). When a sentence is
 done depends on the stopping rule (``SearchOptions.early_stopping``):
@@ -32,8 +34,8 @@ With ``constraints`` (``attnmt.search.constraints``), a sentence's candidates ar
 dynamic beam allocation (Post & Vilar, 2018) before the same finishing and selection; EOS waits
 until its phrases are met. Sentences without phrases are searched as above, unchanged.
 
-Shapes: B batch (sentences), n sentences still searched, K beam size, S source length, V
-vocabulary, t tokens generated so far.
+Shapes: B batch (sentences), n sentences still searched, K beam size, k open beams per sentence
+(1 at the first step, then K), S source length, V vocabulary, t tokens generated so far.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class Extensions:
     """The 2K best one-token extensions of each sentence's open beams, best first.
 
     scores: (n, 2K) float32 log P of each extended prefix. rows: (n, 2K) int64, the row (of the
-    n*K beam rows) each extends. tokens: (n, 2K) int64, the new token. token_lp: (n, 2K)
+    n*k beam rows) each extends. tokens: (n, 2K) int64, the new token. token_lp: (n, 2K)
     float32, the new token's log-probability.
     """
 
@@ -65,36 +67,37 @@ class Extensions:
     token_lp: torch.Tensor
 
 
-def best_extensions(scores: torch.Tensor, logp: torch.Tensor, at_limit: torch.Tensor) -> Extensions:
-    """One step of beam search: the 2K best extensions of each sentence's K open beams.
+def best_extensions(scores: torch.Tensor, logp: torch.Tensor, at_limit: torch.Tensor, width: int) -> Extensions:
+    """One step of beam search: the ``width`` (2K) best extensions of each sentence's k open beams.
 
-    Found in two stages, without materialising the K x V candidates of a sentence: each beam's
+    Found in two stages, without materialising the k x V candidates of a sentence: each beam's
     2K most probable next tokens (no other extension can be among the sentence's 2K best), then
-    the 2K best of those K x 2K.
+    the 2K best of those k x 2K.
 
     Args:
-        scores: (n, K) float32 log P of the open beams (-inf for a beam that is not live).
-        logp: (n*K, V) next-token log-probabilities, the beams of a sentence consecutive; any
+        scores: (n, k) float32 log P of the open beams (-inf for a beam that is not live); k = 1
+            at the first step, K afterwards.
+        logp: (n*k, V) next-token log-probabilities, the beams of a sentence consecutive; any
             float dtype (scores are accumulated in float32).
         at_limit: (n,) bool, sentences at their length limit: EOS is their only extension.
+        width: 2K, the extensions kept per sentence.
     Raises:
         ValueError: a vocabulary smaller than 2K.
     """
-    n, beam_size = scores.shape
-    width = 2 * beam_size
+    n, k = scores.shape  # k open beams per sentence
     if logp.size(-1) < width:
         raise ValueError(f"vocabulary ({logp.size(-1)}) must hold at least 2 * beam_size ({width}) tokens")
-    beam_lp, beam_tok = logp.topk(width, dim=-1)  # (n*K, 2K)
+    beam_lp, beam_tok = logp.topk(width, dim=-1)  # (n*k, 2K)
     beam_lp = beam_lp.float()
     if at_limit.any():
-        limit_rows = at_limit.repeat_interleave(beam_size)[:, None]  # (n*K, 1)
+        limit_rows = at_limit.repeat_interleave(k)[:, None]  # (n*k, 1)
         eos_lp = torch.full_like(beam_lp, float("-inf"))
         eos_lp[:, :1] = logp[:, EOS_ID:EOS_ID + 1].float()
         beam_lp = torch.where(limit_rows, eos_lp, beam_lp)
         beam_tok = torch.where(limit_rows, torch.full_like(beam_tok, EOS_ID), beam_tok)
-    cand = (scores.view(n * beam_size, 1) + beam_lp).view(n, beam_size * width)  # (n, K*2K)
+    cand = (scores.view(n * k, 1) + beam_lp).view(n, k * width)  # (n, k*2K)
     top_scores, top_idx = cand.topk(width, dim=1)  # (n, 2K)
-    rows = top_idx // width + torch.arange(n, device=scores.device)[:, None] * beam_size  # (n, 2K)
+    rows = top_idx // width + torch.arange(n, device=scores.device)[:, None] * k  # (n, 2K)
     return Extensions(top_scores, rows, beam_tok.view(n, -1).gather(1, top_idx),
                       beam_lp.view(n, -1).gather(1, top_idx))
 
@@ -103,9 +106,10 @@ def best_extensions(scores: torch.Tensor, logp: torch.Tensor, at_limit: torch.Te
 class _Beams:
     """The open beams of the sentences still searched.
 
-    active: the sentence index (into the batch) of each of the n sentences. scores: (n, K)
-    float32 log P of each beam. history: (n*K, 1+t) int64 tokens, the decoder start token (BOS) first. history_lp: (n*K,
-    t) float32 log-probability of each generated token.
+    active: the sentence index (into the batch) of each of the n sentences. scores: (n, k)
+    float32 log P of each beam, k = 1 before the first step (BOS only) and K after it. history:
+    (n*k, 1+t) int64 tokens, the decoder start token (BOS) first. history_lp: (n*k, t) float32
+    log-probability of each generated token.
     """
 
     active: list[int]
@@ -114,11 +118,11 @@ class _Beams:
     history_lp: torch.Tensor
 
     @classmethod
-    def start(cls, batch_size: int, beam_size: int, device: torch.device, start_id: int = BOS_ID) -> "_Beams":
-        scores = torch.full((batch_size, beam_size), float("-inf"), device=device)
-        scores[:, 0] = 0.0  # at the start only one hypothesis (BOS) is live
-        history = torch.full((batch_size * beam_size, 1), start_id, dtype=torch.long, device=device)
-        return cls(list(range(batch_size)), scores, history, torch.zeros((batch_size * beam_size, 0), device=device))
+    def start(cls, batch_size: int, device: torch.device, start_id: int = BOS_ID) -> "_Beams":
+        """One hypothesis per sentence, the decoder start token, log P 0."""
+        scores = torch.zeros((batch_size, 1), device=device)
+        history = torch.full((batch_size, 1), start_id, dtype=torch.long, device=device)
+        return cls(list(range(batch_size)), scores, history, torch.zeros((batch_size, 0), device=device))
 
 
 def _finish(ext: Extensions, beams: _Beams, finished: list[list[Hypothesis]], alpha: float, k: float,
@@ -126,7 +130,7 @@ def _finish(ext: Extensions, beams: _Beams, finished: list[list[Hypothesis]], al
     """Append the EOS extensions ranked within the first K to their sentence's finished list;
     for the sentences flagged in ``cut`` ((n,) bool: early stopping at the length limit) all of
     the first K, EOS or not."""
-    beam_size = beams.scores.size(1)
+    beam_size = ext.tokens.size(1) // 2  # K of the 2K extensions
     ends = ext.tokens[:, :beam_size] == EOS_ID  # (n, K)
     if cut is not None:
         ends |= cut[:, None]
@@ -205,11 +209,11 @@ def beam_search(
     limits = max_output_lengths(src, model.pad_id, max_len_a, max_len_b, model.config.max_positions - 1).tolist()
     tracker = ConstraintTracker(constraints, K, limits) if constraints is not None else None
     cache = model.init_cache()
-    beams = _Beams.start(src.size(0), K, device, model.config.decoder_start_id)
+    beams = _Beams.start(src.size(0), device, model.config.decoder_start_id)
     finished: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     t = 0
     while beams.active:
-        logp = model.decode_step(beams.history[:, -1:], memory, src_mask, cache)  # (n*K, V)
+        logp = model.decode_step(beams.history[:, -1:], memory, src_mask, cache)  # (n*k, V), k = 1 at first
         memory = None  # from now on the cache holds the source keys/values
         at_limit = torch.tensor([limits[s] <= t + 1 for s in beams.active], device=device)  # (n,)
         constrained = tracker is not None and tracker.any(beams.active)
@@ -220,7 +224,7 @@ def beam_search(
             phrased = torch.tensor([tracker is not None and bool(tracker.phrases[s]) for s in beams.active],
                                    device=device)  # (n,)
             cut, at_limit = at_limit & ~phrased, at_limit & phrased
-        ext = best_extensions(beams.scores, logp, at_limit)
+        ext = best_extensions(beams.scores, logp, at_limit, 2 * K)
         t += 1
         if constrained:  # dynamic beam allocation reorders a constrained sentence's candidates
             ext = Extensions(*tracker.reorder(ext.scores, ext.rows, ext.tokens, ext.token_lp, beams.scores, logp,
@@ -246,8 +250,8 @@ def beam_search(
             src_mask = src_mask.index_select(0, keep_t)
             cache.reorder(rows, keep_t)
             beams.active = [beams.active[i] for i in keep]
-        else:  # beams moved only within their sentences: the source side stays in place
-            cache.reorder(rows)
+        else:  # beams moved only within their sentences (after the first step: one row became K), so
+            cache.reorder(rows)  # the source side stays in place
         if tracker is not None:
             tracker.advance(rows, tokens.view(-1), beams.active)
         beams.scores = scores

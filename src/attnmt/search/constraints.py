@@ -168,20 +168,22 @@ class ConstraintTracker:
             self.phrases.append(phrases)
         self.beam_size = beam_size
         self.limits = limits
-        self.states = [ConstraintState.start(len(p)) for p in self.phrases for _ in range(beam_size)]
+        self.states = [ConstraintState.start(len(p)) for p in self.phrases]  # one beam per sentence at the start
 
     def any(self, active: list[int]) -> bool:
         """Whether a sentence still searched has phrases."""
         return any(self.phrases[s] for s in active)
 
     def mask_eos(self, logp: torch.Tensor, active: list[int]) -> torch.Tensor:
-        """``logp`` (n*K, V) with EOS at -inf (in place) for the beams whose phrases are not all met.
+        """``logp`` (n*k, V) with EOS at -inf (in place) for the beams whose phrases are not all met
+        (k beams per sentence: 1 at the first step, then K).
 
         Args:
             active: the sentence (batch index) of each of the n sentences searched.
         """
+        k = logp.size(0) // len(active)
         unmet = [r for r, state in enumerate(self.states)
-                 if self.phrases[active[r // self.beam_size]] and not all(state.met)]
+                 if self.phrases[active[r // k]] and not all(state.met)]
         if unmet:
             logp[unmet, EOS_ID] = float("-inf")
         return logp
@@ -194,18 +196,19 @@ class ConstraintTracker:
         Args:
             scores, rows, tokens, token_lp: (n, 2K) the 2K best extensions of each sentence (as
                 ``attnmt.search.beam.Extensions``: log P of the extended prefix, the beam row
-                (of n*K) it extends, the new token, its log-probability), best first.
-            beam_scores: (n, K) float32 log P of the open beams (-inf for dead ones).
-            logp: (n*K, V) next-token log-probabilities (EOS already masked, :meth:`mask_eos`).
+                (of n*k) it extends, the new token, its log-probability), best first.
+            beam_scores: (n, k) float32 log P of the open beams (-inf for dead ones); k = 1 at
+                the first step, then K.
+            logp: (n*k, V) next-token log-probabilities (EOS already masked, :meth:`mask_eos`).
             active: the batch index of each of the n sentences.
             t: tokens generated once these candidates are taken.
         Returns:
             The four (n, 2K) tensors; rows of unconstrained sentences unchanged, the others'
             padded with -inf candidates.
         """
-        K, width = self.beam_size, scores.size(1)
+        K, width = beam_scores.size(1), scores.size(1)  # K: k, the open beams per sentence now
         out = [x.clone() for x in (scores, rows, tokens, token_lp)]
-        flat_scores = beam_scores.reshape(-1)  # (n*K,)
+        flat_scores = beam_scores.reshape(-1)  # (n*k,)
         for i, sent in enumerate(active):
             phrases = self.phrases[sent]
             if not phrases:
