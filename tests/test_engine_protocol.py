@@ -168,3 +168,31 @@ def test_onnx_step_graph_takes_the_source_once_per_sentence(tiny_run, tmp_path):
             got = torch.from_numpy(attention[i * beams + k, :, :len(ids)])
             assert torch.allclose(got, want, atol=1e-5)
             assert float(attention[i * beams + k, :, len(ids):].sum()) == 0.0  # padding gets nothing
+
+
+def test_inter_threads_reach_the_search_from_the_command_line(tiny_run, tmp_path, monkeypatch, capsys):
+    """``--inter-threads 2 --threads 1``: the batches go to two workers, the translations are those
+    of one batch at a time; ``--inter-threads 0`` is a one-line usage error."""
+    import torch
+
+    src = tmp_path / "src.txt"
+    src.write_text("\n".join(["alpha bravo", "charlie", "delta echo foxtrot", "golf", "hotel india"]) + "\n")
+    workers = []
+    search = translator_module.search_in_batches
+    monkeypatch.setattr(translator_module, "search_in_batches",
+                        lambda *args: workers.append(args[4]) or search(*args))
+    threads = torch.get_num_threads()
+    try:
+        outs = []
+        for flags in ([], ["--inter-threads", "2", "--threads", "1"]):
+            out = tmp_path / f"out{len(flags)}.txt"
+            assert cli.main(["translate", "--model", str(tiny_run), "--input", str(src), "--output", str(out),
+                             "--beam-size", "2", "--batch-size", "2", "--device", "cpu", *flags]) == 0
+            outs.append(out.read_text())
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert workers == [1, 2] and outs[0] == outs[1]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["translate", "--model", str(tiny_run), "--input", str(src), "--inter-threads", "0"])
+    assert exit_info.value.code == 2 and "--inter-threads" in capsys.readouterr().err

@@ -114,6 +114,33 @@ def test_engines_equal_native_where_the_length_limit_binds(toy, beam_size, early
     _compare(engines, sentences, options, f"limit binds, beam {beam_size}")
 
 
+@pytest.mark.parametrize("name", ["native", "ctranslate2", "onnxruntime"])
+def test_batches_in_parallel_translate_as_one_batch_at_a_time(toy, dictionary_model_dir, tmp_path, name):
+    """``inter_threads`` 2 (two batches at once, one thread each; CTranslate2 with two replicas)
+    gives every engine the translations and scores of one batch at a time."""
+    import torch
+
+    from attnmt.interop.ctranslate2 import export_ctranslate2
+    from attnmt.interop.engines import open_translator
+    from attnmt.interop.onnx import export_onnx
+
+    engines, sentences = toy
+    options = engines["native"].options(4, 1, 1.0, early_stopping=True)
+    expected = engines[name].translate(sentences, options=options, batch_size=16)
+    model_dir = {"native": lambda: dictionary_model_dir,
+                 "ctranslate2": lambda: export_ctranslate2(dictionary_model_dir, tmp_path / "ct2"),
+                 "onnxruntime": lambda: export_onnx(dictionary_model_dir, tmp_path / "onnx")}[name]()
+    threads = torch.get_num_threads()  # the native engine sets PyTorch's process-wide thread count
+    try:
+        parallel = open_translator(model_dir, name, "cpu", threads=1, inter_threads=2)
+        assert parallel.inter_threads == 2
+        got = parallel.translate(sentences, options=options, batch_size=16)  # 7 batches
+    finally:
+        torch.set_num_threads(threads)
+    assert [t.hypotheses[0].token_ids for t in got] == [t.hypotheses[0].token_ids for t in expected]
+    assert [t.hypotheses[0].score for t in got] == pytest.approx([t.hypotheses[0].score for t in expected], abs=1e-4)
+
+
 class _Recorder:
     """A ``ctranslate2.Translator`` stand-in that records each call's batch size and length limit."""
 

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import math
+import threading
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from attnmt.search.batched import search_in_batches
 from attnmt.search.beam import beam_search, length_penalty
 from attnmt.search.greedy import greedy_search
+from attnmt.search.hypothesis import Hypothesis
+from attnmt.search.options import SearchOptions
 from tests.conftest import tiny_model
 
 A, B_, C = 4, 5, 6  # token ids of the fake vocabulary (size 8)
@@ -180,3 +184,37 @@ def test_length_limits_without_pytorch_equal_the_searchs(a, b):
     for i, n in enumerate(lengths):
         src[i, :n] = 7
     assert output_length_limits(lengths, a, b, 255) == max_output_lengths(src, PAD_ID, a, b, 255).tolist()
+
+
+def _echo_search(seen_threads: set, barrier: threading.Barrier | None):
+    """A search that returns each source as its output, noting its thread; with a barrier, a
+    batch waits there until another batch is searched at the same time."""
+
+    def search(batch, options):
+        seen_threads.add(threading.get_ident())
+        if barrier is not None:
+            barrier.wait()
+        return [[Hypothesis(list(src), [], -float(len(src)), 0.0)] for src in batch]
+
+    return search
+
+
+def test_batches_in_parallel_run_at_the_same_time_and_keep_the_input_order():
+    sources = [[5] * n + [EOS_ID] for n in (3, 1, 4, 1, 5, 9, 2, 6)]  # 4 batches of 2
+    threads: set = set()
+    barrier = threading.Barrier(2, timeout=20)  # a lone batch times out: BrokenBarrierError
+    got = search_in_batches(sources, SearchOptions(), 2, _echo_search(threads, barrier), workers=2)
+    assert [hyps[0].tokens for hyps in got] == sources
+    assert len(threads) == 2 and threading.get_ident() not in threads
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        search_in_batches(sources, SearchOptions(), 2, _echo_search(set(), None), workers=0)
+
+
+def test_streaming_searches_one_batch_at_a_time():
+    """``on_step`` callbacks come from the caller's thread, in order, whatever ``workers`` says."""
+    sources = [[5] * n + [EOS_ID] for n in (3, 1, 4, 1)]
+    threads: set = set()
+    options = SearchOptions(on_step=lambda i, tokens: False)
+    got = search_in_batches(sources, options, 1, _echo_search(threads, None), workers=2)
+    assert threads == {threading.get_ident()}
+    assert [hyps[0].tokens for hyps in got] == sources

@@ -269,7 +269,8 @@ def _translator(args: argparse.Namespace):
     from attnmt.interop.engines import open_translator
 
     return open_translator(args.model, "native", args.device, threads=args.threads or 0, weights=args.weights,
-                           precision=args.precision, attention=args.attention)
+                           precision=args.precision, attention=args.attention,
+                           inter_threads=getattr(args, "inter_threads", 1))
 
 
 def _engine_translator(args: argparse.Namespace):
@@ -285,7 +286,8 @@ def _engine_translator(args: argparse.Namespace):
         raise AttnmtError(f"--weights, --precision and --attention apply to the native engine, not {engine}")
     from attnmt.interop.engines import open_translator
 
-    return open_translator(args.model, engine, args.device, threads=args.threads or 0, compute_type=args.compute_type)
+    return open_translator(args.model, engine, args.device, threads=args.threads or 0, compute_type=args.compute_type,
+                           inter_threads=getattr(args, "inter_threads", 1))
 
 
 def _stopping_rule(decode, args: argparse.Namespace):
@@ -676,7 +678,11 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help="inference precision: fp32, bf16, or int8 (dynamic quantisation); default from the model's config")
     p.add_argument("--attention", choices=["explicit", "fused"],
                    help="attention kernel: the explicit formula or PyTorch's fused one; default from the model's config")
-    p.add_argument("--threads", type=positive_int, help="CPU threads (default: PyTorch's)")
+    p.add_argument("--threads", type=positive_int, help="CPU threads per batch (default: PyTorch's; with "
+                   "--inter-threads N, the cores shared out among the N)")
+    p.add_argument("--inter-threads", type=positive_int, default=1, metavar="N",
+                   help="batches translated at the same time, each with --threads threads (default 1); on a small "
+                   "CPU, --inter-threads 2 --threads 1 translates a file faster than --threads 2")
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps; default from the model's config (decode.device)")
 
 
@@ -701,7 +707,9 @@ def _add_distill_parser(sub) -> None:
     p.add_argument("--length-penalty", type=finite_float, help="the teacher's length penalty (default: its config's)")
     p.add_argument("--mix-original", type=finite_float, default=0.0, metavar="W",
                    help="also train on the original targets with weight W in data.train (default 0: distilled only)")
-    p.add_argument("--threads", type=positive_int, help="CPU threads of the teacher (default: PyTorch's)")
+    p.add_argument("--threads", type=positive_int, help="CPU threads of the teacher per batch (default: PyTorch's)")
+    p.add_argument("--inter-threads", type=positive_int, default=1, metavar="N",
+                   help="teacher batches translated at the same time, each with --threads threads (default 1)")
     p.add_argument("--device", help="device of the teacher and the student (default: each config's)")
     p.add_argument("--data-dir", help="directory holding the dataset (default: $ATTNMT_DATA)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

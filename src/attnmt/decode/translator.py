@@ -117,6 +117,10 @@ class Translator:
         device: for a ``Transformer`` only: 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'
             (default ``config.decode.device``).
 
+    Attribute ``inter_threads`` (default 1): batches searched at the same time, each by the
+    engine in a thread of its own (``attnmt.search.batched.search_in_batches``); the engine's
+    own threads are then per batch (``attnmt.interop.engines.open_translator`` sets both).
+
     Example:
         >>> tr = Translator.from_dir("runs/de-en")
         >>> tr.translate(["Ein Mann fährt Fahrrad."])[0].text
@@ -135,6 +139,7 @@ class Translator:
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.config = config
+        self.inter_threads = 1
 
     @classmethod
     def from_dir(cls, run_dir: str | Path, weights: str | Path | None = None, device: str | None = None
@@ -426,7 +431,7 @@ class Translator:
                 ) -> list[Translation]:
         """:meth:`translate_ids` once the options are checked."""
         batch_size = batch_size or self.config.decode.batch_size
-        hyps = search_in_batches(src_ids, options, batch_size, self.engine.translate)
+        hyps = search_in_batches(src_ids, options, batch_size, self.engine.translate, self.inter_threads)
         return [Translation([self._hypothesis(h) for h in hs], self.src_tokenizer.pieces(ids[:-1]) + ["</s>"],
                             hs[0].attention if options.return_attention else None)
                 for ids, hs in zip(src_ids, hyps)]

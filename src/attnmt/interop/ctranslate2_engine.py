@@ -112,6 +112,8 @@ class CTranslate2Engine:
         device: 'auto', 'cpu', 'cuda' or 'cuda:N' (CTranslate2's CUDA build for a GPU).
         compute_type: CTranslate2's compute type ('default': the stored weights' type).
         threads: intra-op threads, 0 = CTranslate2's default.
+        inter_threads: batches CTranslate2 translates at the same time (its ``inter_threads``:
+            calls from that many threads run in parallel, each on ``threads`` threads).
         patience: CTranslate2's beam search stops after ``patience * K`` finished hypotheses.
     Raises:
         CheckpointError: no model.bin in ``export_dir``, or files CTranslate2 cannot load.
@@ -123,7 +125,7 @@ class CTranslate2Engine:
     capabilities = frozenset({"score"})
 
     def __init__(self, export_dir: str | Path, device: str = "cpu", compute_type: str = "default",
-                 threads: int = 0, patience: float = 1.0):
+                 threads: int = 0, patience: float = 1.0, inter_threads: int = 1):
         if not (Path(export_dir) / "model.bin").is_file():
             raise CheckpointError(f"{export_dir}: no model.bin; export it with 'attnmt export ctranslate2'")
         self.config = rundir.read_config(export_dir)
@@ -131,7 +133,7 @@ class CTranslate2Engine:
         kind, index = _device_of(device)
         try:
             self.translator = ctranslate2.Translator(str(export_dir), device=kind, device_index=index,
-                                                     compute_type=compute_type, inter_threads=1,
+                                                     compute_type=compute_type, inter_threads=inter_threads,
                                                      intra_threads=threads)
         except RuntimeError as e:  # a truncated model.bin, a broken config.json or vocabulary
             raise CheckpointError(f"{export_dir}: CTranslate2 cannot load this export ({str(e).splitlines()[0]}); "

@@ -14,6 +14,7 @@ Every export directory holds config.yaml and the tokenizers, so the same ``Trans
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from attnmt.decode.engine import UnsupportedOption
@@ -25,7 +26,7 @@ ENGINES = ("native", "ctranslate2", "onnxruntime")
 
 def open_translator(model_dir: str | Path, engine: str = "native", device: str | None = None, threads: int = 0,
                     compute_type: str = "default", weights: str | Path | None = None, precision: str | None = None,
-                    attention: str | None = None) -> Translator:
+                    attention: str | None = None, inter_threads: int = 1) -> Translator:
     """A translator over ``engine`` for ``model_dir``.
 
     Args:
@@ -33,13 +34,17 @@ def open_translator(model_dir: str | Path, engine: str = "native", device: str |
         engine: one of :data:`ENGINES`.
         device: 'auto', 'cpu', 'cuda', 'cuda:N' ('mps': native only); default the directory's
             ``decode.device``.
-        threads: intra-op CPU threads, 0 = the library's default (for native, PyTorch's
-            process-wide ``torch.set_num_threads``).
+        threads: intra-op CPU threads per batch, 0 = the library's default (for native,
+            PyTorch's process-wide ``torch.set_num_threads``), or with ``inter_threads`` > 1 this
+            machine's cores shared out (at least 1 each).
+        inter_threads: batches translated at the same time (``Translator.inter_threads``;
+            CTranslate2's ``inter_threads``, Marian's CPU workers). On a small CPU, 2 batches of
+            1 thread each translate faster than 1 batch of 2 threads (benchmarks/RESULTS.md).
         compute_type: ctranslate2 only: CTranslate2's compute type ('default': the stored weights').
         weights, precision, attention: native only: another safetensors file, 'fp32' / 'bf16' /
             'int8', and the attention kernel 'explicit' / 'fused' (default: the config's).
     Raises:
-        ValueError: an unknown engine.
+        ValueError: an unknown engine, or inter_threads < 1.
         UnsupportedOption: weights, precision, attention or compute_type for an engine without them.
         CheckpointError, ConfigError: a missing or incomplete directory, or a device this machine
             (or this engine) cannot use.
@@ -47,6 +52,11 @@ def open_translator(model_dir: str | Path, engine: str = "native", device: str |
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; use {', '.join(ENGINES)}")
+    if inter_threads < 1:
+        raise ValueError(f"inter_threads must be at least 1, got {inter_threads}")
+    if inter_threads > 1 and not threads:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        threads = max(1, cpus // inter_threads)
     if engine != "native" and (weights or precision or attention):
         raise UnsupportedOption(f"the {engine} engine does not support weights, precision or attention kernel "
                                 "choices (they apply to the native engine)")
@@ -62,14 +72,18 @@ def open_translator(model_dir: str | Path, engine: str = "native", device: str |
             tr.set_precision(precision)
         if attention:
             tr.set_attention(attention)
+        tr.inter_threads = inter_threads
         return tr
     device = device or read_config(model_dir).decode.device
     if engine == "ctranslate2":
         from attnmt.interop.ctranslate2_engine import CTranslate2Engine
 
-        search = CTranslate2Engine(model_dir, device, compute_type=compute_type, threads=threads)
+        search = CTranslate2Engine(model_dir, device, compute_type=compute_type, threads=threads,
+                                   inter_threads=inter_threads)
     else:
         from attnmt.interop.onnx import OnnxEngine
 
         search = OnnxEngine(model_dir, device, threads=threads)
-    return Translator(search, search.src_tokenizer, search.tgt_tokenizer, search.config)
+    tr = Translator(search, search.src_tokenizer, search.tgt_tokenizer, search.config)
+    tr.inter_threads = inter_threads
+    return tr

@@ -15,6 +15,7 @@ Shapes: B sentences in a batch, S longest source in it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from attnmt.search.hypothesis import Hypothesis
@@ -58,17 +59,38 @@ def by_length(sources: list[list[int]], batch_size: int, search: SearchFn) -> li
 
 
 def search_in_batches(sources: list[list[int]], options: SearchOptions, batch_size: int,
-                      search: Callable[[list[list[int]], SearchOptions], list[list[Hypothesis]]]
-                      ) -> list[list[Hypothesis]]:
+                      search: Callable[[list[list[int]], SearchOptions], list[list[Hypothesis]]],
+                      workers: int = 1) -> list[list[Hypothesis]]:
     """:func:`by_length` with per-sentence options: each batch is searched with
     ``options.select(its indices)``, so constraints and streaming follow their sentences.
 
     Args:
         search: e.g. ``Engine.translate``: (batch sources, batch options) -> hypotheses per source.
+            With ``workers`` > 1 it is called from that many threads at once, so it must be
+            thread-safe (every engine's is: each search has its own cache, and PyTorch, ONNX
+            Runtime and CTranslate2 release the GIL while they compute).
+        workers: batches searched at the same time (CTranslate2's ``inter_threads``, Marian's CPU
+            workers); 1 when ``options.on_step`` streams. Results are the same either way.
+    Raises:
+        ValueError: workers < 1.
     """
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    chunks = length_batches(sources, batch_size)
+
+    def run(chunk: list[int]) -> list[list[Hypothesis]]:
+        return search([sources[i] for i in chunk], options.select(chunk))
+
+    found = map(run, chunks)
+    if workers > 1 and len(chunks) > 1 and options.on_step is None:
+        # Speed switch: a pool of threads searches `workers` batches at once, each engine call
+        # with its own intra-op threads; on a small CPU this beats one batch on all the cores
+        # (benchmarks/RESULTS.md, "Batches in parallel").
+        with ThreadPoolExecutor(workers) as pool:
+            found = list(pool.map(run, chunks))
     results: list[list[Hypothesis] | None] = [None] * len(sources)
-    for chunk in length_batches(sources, batch_size):
-        for i, hyps in zip(chunk, search([sources[i] for i in chunk], options.select(chunk)), strict=True):
+    for chunk, hyps_of_chunk in zip(chunks, found):
+        for i, hyps in zip(chunk, hyps_of_chunk, strict=True):
             results[i] = hyps
     return results  # type: ignore[return-value]
 
