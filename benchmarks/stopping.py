@@ -16,6 +16,10 @@ of 128 sentences, every row is a whole process, run one after another on the sam
   batch size and alpha (CTranslate2's own length penalty, log P / |Y|^alpha, patience 1), in
   batches sorted by length with attnmt's limit per batch (``max_decoding_length`` = max_len_a x
   the longest source + max_len_b), capped at the model's max_positions - 1 tokens.
+- with ``--parallel``, each early-stopping row again with ``--threads`` batches at once of one
+  thread each (``attnmt translate --inter-threads``; ``ct2_translate.py --inter-threads``:
+  CTranslate2's ``inter_threads``, every batch submitted asynchronously), named "..., batches at
+  once".
 
 BLEU is sacreBLEU on the first ``--bleu-lines`` lines (test2016 once) against the references.
 The table gives process and decode seconds, BLEU, and the ratios the issue asks for: native
@@ -52,11 +56,14 @@ def _lines(path: Path, limit: int | None = None) -> list[str]:
 
 
 
-def _attnmt(args, model: Path, engine: str, early: bool, alpha: float, out: Path) -> tuple[float, float]:
-    """(process seconds, decode seconds) of one ``attnmt translate``."""
+def _attnmt(args, model: Path, engine: str, early: bool, alpha: float, out: Path,
+            parallel: bool = False) -> tuple[float, float]:
+    """(process seconds, decode seconds) of one ``attnmt translate``; ``parallel``: ``--threads``
+    batches at once of one thread each (``--inter-threads``)."""
+    threads = ["--inter-threads", str(args.threads), "--threads", "1"] if parallel else ["--threads", str(args.threads)]
     cmd = [sys.executable, "-m", "attnmt", "translate", "--model", str(model), "--input", str(args.src),
            "--output", str(out), "--beam-size", str(args.beam), "--batch-size", str(args.batch_size),
-           "--threads", str(args.threads), "--length-penalty", str(alpha),
+           *threads, "--length-penalty", str(alpha),
            "--early-stopping", "true" if early else "false", "--device", "cpu"]
     if engine != "native":
         cmd += ["--engine", engine]
@@ -64,14 +71,16 @@ def _attnmt(args, model: Path, engine: str, early: bool, alpha: float, out: Path
     return process_s, float(re.search(r"translated \d+ lines in ([\d.]+) s", log).group(1))
 
 
-def _ct2_direct(args, export: Path, compute_type: str, alpha: float, out: Path) -> tuple[float, float]:
+def _ct2_direct(args, export: Path, compute_type: str, alpha: float, out: Path,
+                parallel: bool = False) -> tuple[float, float]:
     """(process seconds, decode seconds) of ct2_translate.py on an attnmt export."""
     process_s, log = _run([args.ct2_python, str(HERE / "ct2_translate.py"), "--model", str(export),
                            "--spm", str(export / "spm.model"), "--input", str(args.src), "--output", str(out),
                            "--compute-type", compute_type, "--beam-size", str(args.beam),
                            "--batch-size", str(args.batch_size), "--length-penalty", str(alpha),
                            "--max-length", str(args.max_length), "--max-input-length", str(args.max_length),
-                           "--threads", str(args.threads), "--max-len-a", str(args.max_len_a),
+                           *(["--inter-threads", str(args.threads), "--threads", "1"] if parallel
+                             else ["--threads", str(args.threads)]), "--max-len-a", str(args.max_len_a),
                            "--max-len-b", str(args.max_len_b)])
     return process_s, json.loads(log.strip().splitlines()[-1])["decode_seconds"]
 
@@ -115,6 +124,9 @@ def main() -> None:
     ap.add_argument("--alpha-early", type=float, help="length penalty under early stopping (default: the model's)")
     ap.add_argument("--tune", help="comma-separated alphas: pick each rule's by val BLEU first")
     ap.add_argument("--exact-engines", action="store_true", help="also the CTranslate2 engine under exact stopping")
+    ap.add_argument("--parallel", action="store_true", help="also every early-stopping row with --threads batches at "
+                    "once of one thread each (attnmt --inter-threads; CTranslate2 inter_threads, batches submitted "
+                    "asynchronously)")
     ap.add_argument("--ct2-python", default=sys.executable, help="python with ctranslate2 and sentencepiece")
     args = ap.parse_args()
     sys.path.insert(0, str(HERE.parent / "src"))
@@ -138,18 +150,24 @@ def main() -> None:
             extra = ["--quantization", "int8"] if kind == "int8" else []
             _run([sys.executable, "-m", "attnmt", "export", "onnx" if kind == "onnx" else "ctranslate2",
                   "--model", str(args.model), "--output", str(out), *extra])
-    rows = {"native fp32, exact": lambda o: _attnmt(args, args.model, "native", False, alpha[False], o),
-            "native fp32, early": lambda o: _attnmt(args, args.model, "native", True, alpha[True], o),
-            "ctranslate2 engine float32, early": lambda o: _attnmt(args, exports["float32"], "ctranslate2", True,
-                                                                   alpha[True], o),
-            "ctranslate2 engine int8, early": lambda o: _attnmt(args, exports["int8"], "ctranslate2", True,
-                                                                alpha[True], o),
-            "onnxruntime engine, early": lambda o: _attnmt(args, exports["onnx"], "onnxruntime", True, alpha[True], o),
-            "CTranslate2 direct float32": lambda o: _ct2_direct(args, exports["float32"], "float32", alpha[True], o),
-            "CTranslate2 direct int8": lambda o: _ct2_direct(args, exports["int8"], "int8", alpha[True], o)}
+    def engine(model: Path, name: str, early: bool):  # a row: (output path, parallel) -> seconds
+        return lambda o, parallel=False: _attnmt(args, model, name, early, alpha[early], o, parallel)
+
+    def direct(kind: str):
+        return lambda o, parallel=False: _ct2_direct(args, exports[kind], kind, alpha[True], o, parallel)
+
+    rows = {"native fp32, exact": engine(args.model, "native", False),
+            "native fp32, early": engine(args.model, "native", True),
+            "ctranslate2 engine float32, early": engine(exports["float32"], "ctranslate2", True),
+            "ctranslate2 engine int8, early": engine(exports["int8"], "ctranslate2", True),
+            "onnxruntime engine, early": engine(exports["onnx"], "onnxruntime", True),
+            "CTranslate2 direct float32": direct("float32"),
+            "CTranslate2 direct int8": direct("int8")}
     if args.exact_engines:
-        rows["ctranslate2 engine int8, exact"] = lambda o: _attnmt(args, exports["int8"], "ctranslate2", False,
-                                                                   alpha[False], o)
+        rows["ctranslate2 engine int8, exact"] = engine(exports["int8"], "ctranslate2", False)
+    if args.parallel:
+        for name in [n for n in rows if "exact" not in n]:
+            rows[f"{name}, batches at once"] = lambda o, run=rows[name]: run(o, parallel=True)
     names = list(rows)
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
     for r in range(args.rounds):
