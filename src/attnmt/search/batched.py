@@ -85,7 +85,7 @@ def search_in_batches(sources: list[list[int]], options: SearchOptions, batch_si
     if workers > 1 and len(chunks) > 1 and options.on_step is None:
         # Speed switch: a pool of threads searches `workers` batches at once, each engine call
         # with its own intra-op threads; on a small CPU this beats one batch on all the cores
-        # (benchmarks/RESULTS.md, "Batches in parallel").
+        # (benchmarks/RESULTS.md, "Stopping rules and CTranslate2's speed").
         with ThreadPoolExecutor(workers) as pool:
             found = list(pool.map(run, chunks))
     results: list[list[Hypothesis] | None] = [None] * len(sources)
