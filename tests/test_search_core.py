@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -218,3 +219,20 @@ def test_streaming_searches_one_batch_at_a_time():
     got = search_in_batches(sources, options, 1, _echo_search(threads, None), workers=2)
     assert threads == {threading.get_ident()}
     assert [hyps[0].tokens for hyps in got] == sources
+
+
+def test_a_failing_batch_stops_the_batches_not_yet_started():
+    """An error (or Ctrl-C) in one batch ends the call without searching the queued batches."""
+    sources = [[5, EOS_ID]] * 40  # 40 batches of 1
+    calls = []
+
+    def search(batch, options):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("engine failed")
+        time.sleep(0.05)
+        return [[Hypothesis(list(src), [], -1.0, 0.0)] for src in batch]
+
+    with pytest.raises(RuntimeError, match="engine failed"):
+        search_in_batches(sources, SearchOptions(), 1, search, workers=2)
+    assert len(calls) < 10
