@@ -56,14 +56,19 @@ def _lines(path: Path, limit: int | None = None) -> list[str]:
 
 
 
+def _threads(args, parallel: bool) -> list[str]:
+    """The thread flags of a row: ``--threads`` threads on one batch, or (``parallel``) that many
+    batches at once of one thread each."""
+    return ["--inter-threads", str(args.threads), "--threads", "1"] if parallel else ["--threads", str(args.threads)]
+
+
 def _attnmt(args, model: Path, engine: str, early: bool, alpha: float, out: Path,
             parallel: bool = False) -> tuple[float, float]:
     """(process seconds, decode seconds) of one ``attnmt translate``; ``parallel``: ``--threads``
     batches at once of one thread each (``--inter-threads``)."""
-    threads = ["--inter-threads", str(args.threads), "--threads", "1"] if parallel else ["--threads", str(args.threads)]
     cmd = [sys.executable, "-m", "attnmt", "translate", "--model", str(model), "--input", str(args.src),
            "--output", str(out), "--beam-size", str(args.beam), "--batch-size", str(args.batch_size),
-           *threads, "--length-penalty", str(alpha),
+           *_threads(args, parallel), "--length-penalty", str(alpha),
            "--early-stopping", "true" if early else "false", "--device", "cpu"]
     if engine != "native":
         cmd += ["--engine", engine]
@@ -79,8 +84,7 @@ def _ct2_direct(args, export: Path, compute_type: str, alpha: float, out: Path,
                            "--compute-type", compute_type, "--beam-size", str(args.beam),
                            "--batch-size", str(args.batch_size), "--length-penalty", str(alpha),
                            "--max-length", str(args.max_length), "--max-input-length", str(args.max_length),
-                           *(["--inter-threads", str(args.threads), "--threads", "1"] if parallel
-                             else ["--threads", str(args.threads)]), "--max-len-a", str(args.max_len_a),
+                           *_threads(args, parallel), "--max-len-a", str(args.max_len_a),
                            "--max-len-b", str(args.max_len_b)])
     return process_s, json.loads(log.strip().splitlines()[-1])["decode_seconds"]
 

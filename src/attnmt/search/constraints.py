@@ -206,7 +206,7 @@ class ConstraintTracker:
             The four (n, 2K) tensors; rows of unconstrained sentences unchanged, the others'
             padded with -inf candidates.
         """
-        K, width = beam_scores.size(1), scores.size(1)  # K: k, the open beams per sentence now
+        k, width = beam_scores.size(1), scores.size(1)  # k open beams per sentence now
         out = [x.clone() for x in (scores, rows, tokens, token_lp)]
         flat_scores = beam_scores.reshape(-1)  # (n*k,)
         for i, sent in enumerate(active):
@@ -219,12 +219,12 @@ class ConstraintTracker:
                 if math.isfinite(s):
                     cands[(r, tok)] = (s, lp)
             if t < limit:  # at the limit EOS is the only extension
-                block = logp[i * K:(i + 1) * K].float().clone()  # (K, V)
+                block = logp[i * k:(i + 1) * k].float().clone()  # (k, V)
                 block[:, EOS_ID] = float("-inf")
-                best = block.argmax(dim=-1).tolist()  # (K,)
-                extra = [(i * K + b, tok) for b in range(K) if math.isfinite(flat_scores[i * K + b].item())
-                         for tok in {best[b]} | next_tokens(phrases, self.states[i * K + b])
-                         if (i * K + b, tok) not in cands]
+                best = block.argmax(dim=-1).tolist()  # (k,)
+                extra = [(i * k + b, tok) for b in range(k) if math.isfinite(flat_scores[i * k + b].item())
+                         for tok in {best[b]} | next_tokens(phrases, self.states[i * k + b])
+                         if (i * k + b, tok) not in cands]
                 if extra:
                     er = rows.new_tensor([r for r, _ in extra])  # int64, on the search's device
                     et = rows.new_tensor([tok for _, tok in extra])
@@ -246,7 +246,7 @@ class ConstraintTracker:
             chosen = round_robin(banks, [v[0] for v in values])[:width]
             pad = width - len(chosen)
             row_s = [values[c][0] for c in chosen] + [float("-inf")] * pad
-            row_r = [keys[c][0] for c in chosen] + [i * K] * pad
+            row_r = [keys[c][0] for c in chosen] + [i * k] * pad
             row_t = [keys[c][1] for c in chosen] + [PAD_ID] * pad
             row_lp = [values[c][1] for c in chosen] + [float("-inf")] * pad
             for x, values_i in zip(out, (row_s, row_r, row_t, row_lp)):
