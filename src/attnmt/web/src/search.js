@@ -86,14 +86,14 @@ export function finishedWanted(K, patience) {
 }
 
 /**
- * Beam search (attnmt.search.beam): K open hypotheses; of the 2K best one-token extensions, the
- * EOS ones ranked within the first K finish (ranked by log P / lp(|Y|)), the K best others stay
- * open. Two stopping rules, as SearchOptions.early_stopping: exact (the default) stops at the
+ * Beam search (attnmt.search.beam): K open hypotheses (one, BOS, at the first step, so the first
+ * step runs on one row); of the 2K best one-token extensions, the EOS ones ranked within the first
+ * K finish (ranked by log P / lp(|Y|)), the K best others stay open. Two stopping rules, as SearchOptions.early_stopping: exact (the default) stops at the
  * length limit, where every open hypothesis gets EOS, or once the best finished hypothesis cannot
  * be beaten by an open one: s / max(lp(t + 1), lp(limit)) <= best finished score. Early stopping
  * (CTranslate2's rule) stops once finishedWanted(K, patience) hypotheses have finished; at the
  * length limit the K best extensions finish as they are (a hypothesis cut there has no EOS).
- * @param decoder see the module comment (K rows; the caller feeds the source K times)
+ * @param decoder see the module comment (1 row at the first step, then K)
  * @param {{beamSize: number, startId: number, eosId: number, limit: number, alpha: number, k: number,
  *          earlyStopping?: boolean, patience?: number, onStep?: (bestOpen: number[]) => void}} opts
  * @returns {Promise<{tokens, tokenLogProbs, logProb, score, attention}>} the best hypothesis
@@ -102,30 +102,30 @@ export async function beamSearch(decoder, { beamSize: K, startId, eosId, limit, 
                                             patience = 1.0, onStep }) {
   const width = 2 * K;
   const wanted = earlyStopping ? finishedWanted(K, patience) : null;
-  let scores = Array.from({ length: K }, (_, i) => (i === 0 ? 0 : -Infinity));
-  let hist = Array.from({ length: K }, () => ({ tokens: [], lps: [], att: [] }));
-  let last = new Array(K).fill(startId);
+  let scores = [0];  // one open hypothesis, BOS; K after the first step
+  let hist = [{ tokens: [], lps: [], att: [] }];
+  let last = [startId];
   const finished = [];
   for (let t = 0; ; ) {
     const { logProbs, attention } = await decoder.step(last);
-    const V = logProbs.length / K;
+    const rows = scores.length, V = logProbs.length / rows;
     if (V < width) throw new Error(`vocabulary (${V}) must hold at least 2 * beam size (${width}) tokens`);
     const cut = limit <= t + 1 && wanted !== null;  // early stopping: the K best finish as they are
     const atLimit = limit <= t + 1 && !cut;
-    // Each row's 2K best next tokens (only EOS at the exact rule's length limit), then the 2K best of the K x 2K.
+    // Each row's 2K best next tokens (only EOS at the exact rule's length limit), then the 2K best of the rows x 2K.
     const rowTok = [], rowLp = [];
-    for (let r = 0; r < K; r++) {
+    for (let r = 0; r < rows; r++) {
       const toks = atLimit ? new Array(width).fill(eosId) : topIndices(V, width, (i) => logProbs[r * V + i]);
       rowTok.push(toks);
       rowLp.push(toks.map((tok, j) => (atLimit && j > 0 ? -Infinity : logProbs[r * V + tok])));
     }
     const cand = (i) => Math.fround(scores[Math.floor(i / width)] + rowLp[Math.floor(i / width)][i % width]);
-    const ext = topIndices(K * width, width, cand).map((i) => ({
+    const ext = topIndices(rows * width, width, cand).map((i) => ({
       score: cand(i), row: Math.floor(i / width), token: rowTok[Math.floor(i / width)][i % width],
       lp: rowLp[Math.floor(i / width)][i % width],
     }));
     t += 1;
-    const attRow = (r) => (attention ? attention.slice(r * (attention.length / K), (r + 1) * (attention.length / K)) : null);
+    const attRow = (r) => (attention ? attention.slice(r * (attention.length / rows), (r + 1) * (attention.length / rows)) : null);
     ext.slice(0, K).forEach((e) => {
       if ((e.token !== eosId && !cut) || !Number.isFinite(e.score)) return;
       const h = hist[e.row];
@@ -145,8 +145,8 @@ export async function beamSearch(decoder, { beamSize: K, startId, eosId, limit, 
       done = bestOpen / Math.max(lengthPenalty(t + 1, alpha, k), lengthPenalty(limit, alpha, k)) <= bestFinished;
     }
     if (done) break;
-    const rows = open.map((e) => e.row);
-    if (rows.some((r, i) => r !== i)) decoder.reorder(rows);
+    const kept = open.map((e) => e.row);
+    if (kept.length !== rows || kept.some((r, i) => r !== i)) decoder.reorder(kept);
     hist = open.map((e) => ({ tokens: [...hist[e.row].tokens, e.token], lps: [...hist[e.row].lps, e.lp],
                               att: attention ? [...hist[e.row].att, attRow(e.row)] : [] }));
     scores = open.map((e) => e.score);

@@ -7,22 +7,26 @@ import { beamSearch, finishedWanted, greedySearch, lengthPenalty, maxOutputLengt
 const EOS = 3, START = 2, V = 8;
 
 /**
- * A decoder over R rows whose log-probabilities come from `table(prefix)`: a {token: prob} map
- * (the rest of the mass spread evenly). Records the reorders it is asked for.
+ * A decoder whose log-probabilities come from `table(prefix)`: a {token: prob} map (the rest of
+ * the mass spread evenly), one row per token it is given (at most `rows`; one at the start).
+ * Records the row count of each step and the reorders it is asked for.
  */
 function fakeDecoder(rows, table) {
   return {
-    prefixes: Array.from({ length: rows }, () => []),
+    prefixes: [[]],
     reorders: [],
+    rowsPerStep: [],
     async step(tokens) {
+      assert.ok(tokens.length <= rows && tokens.length === this.prefixes.length);
+      this.rowsPerStep.push(tokens.length);
       this.prefixes = this.prefixes.map((p, r) => [...p, tokens[r]]);
-      const out = new Float32Array(rows * V);
+      const out = new Float32Array(tokens.length * V);
       this.prefixes.forEach((p, r) => {
         const probs = table(p.slice(1));
         const rest = (1 - Object.values(probs).reduce((a, b) => a + b, 0)) / (V - Object.keys(probs).length);
         for (let v = 0; v < V; v++) out[r * V + v] = Math.log(probs[v] ?? rest);
       });
-      return { logProbs: out, attention: Float32Array.from({ length: rows }, (_, r) => r) };
+      return { logProbs: out, attention: Float32Array.from({ length: tokens.length }, (_, r) => r) };
     },
     reorder(order) {
       this.reorders.push(order);
@@ -71,9 +75,11 @@ const forked = (p) => {
 test("beam search ranks finished hypotheses by log P / lp(|Y|)", async () => {
   const short = Math.log(0.5) + Math.log(0.9), long = Math.log(0.4) + 2 * Math.log(0.95);
   // alpha 0: log P alone; the short one wins (-0.799 > -1.019)
-  let hyp = await beamSearch(fakeDecoder(2, forked), { beamSize: 2, startId: START, eosId: EOS, limit: 10, alpha: 0, k: 5 });
+  const decoder = fakeDecoder(2, forked);
+  let hyp = await beamSearch(decoder, { beamSize: 2, startId: START, eosId: EOS, limit: 10, alpha: 0, k: 5 });
   assert.deepEqual(hyp.tokens, [4, EOS]);
   assert.ok(Math.abs(hyp.score - short) < 1e-5);
+  assert.deepEqual(decoder.rowsPerStep.slice(0, 2), [1, 2]);  // one hypothesis (BOS) at the first step, then K
   // alpha 1, k 0 (average log-probability): -0.400 (short) < -0.340 (long): the long one wins
   hyp = await beamSearch(fakeDecoder(2, forked), { beamSize: 2, startId: START, eosId: EOS, limit: 10, alpha: 1, k: 0 });
   assert.deepEqual(hyp.tokens, [5, 6, EOS]);

@@ -60,13 +60,15 @@ function fakeSession() {
   };
 }
 
-/** search.js's decoder for one sentence alone, with the same distribution. */
-function aloneDecoder(s, rows) {
-  let prefixes = Array.from({ length: rows }, () => []);
+/** search.js's decoder for one sentence alone, with the same distribution: one row per token
+ * it is given (one at the first step). */
+function aloneDecoder(s) {
+  let prefixes = [[]];
   return {
     async step(tokens) {
+      assert.equal(tokens.length, prefixes.length);
       prefixes = prefixes.map((p, r) => [...p, tokens[r]]);
-      const out = new Float32Array(rows * V);
+      const out = new Float32Array(tokens.length * V);
       prefixes.forEach((p, r) => out.set(distribution(s, p.slice(1)), r * V));
       return { logProbs: out, attention: null };
     },
@@ -87,15 +89,17 @@ test("beam search of five sentences together equals each sentence's search alone
   const K = 3, opts = (i) => ({ beamSize: K, startId: START, eosId: EOS, limit: limits[i], alpha: 1.0, k: 5.0 });
   const { session, decoder } = batchDecoder(sentences);
   const together = await decoder.searchEach((view, i) => beamSearch(view, opts(i)));
-  const alone = await Promise.all(sentences.map((s, i) => beamSearch(aloneDecoder(s, K), opts(i))));
+  const alone = await Promise.all(sentences.map((s, i) => beamSearch(aloneDecoder(s), opts(i))));
   assert.deepEqual(together, alone);
   assert.ok(new Set(alone.map((h) => h.tokens.length)).size > 2);  // the sentences end at different steps
-  // The rows shrink as sentences end; the caches go back in as they came out (no copy in JavaScript)
-  // and a reorder is an index: some step continues rows out of order.
+  // One row per sentence at the first step (its one hypothesis), then K; the rows shrink as
+  // sentences end; the caches go back in as they came out (no copy in JavaScript) and a reorder
+  // is an index: some step continues rows out of order.
   const rows = session.runs.map((r) => r.feeds.tokens.dims[0]);
-  assert.equal(rows[0], K * sentences.length);
-  assert.ok(rows.at(-1) < rows[0] && rows.every((b) => b % K === 0));
-  assert.ok(session.runs.every((r) => r.feeds.sentence.dims[0] * K === r.feeds.tokens.dims[0]));
+  assert.equal(rows[0], sentences.length);
+  assert.equal(rows[1], K * sentences.length);
+  assert.ok(rows.at(-1) < rows[1] && rows.slice(1).every((b) => b % K === 0));
+  assert.ok(session.runs.slice(1).every((r) => r.feeds.sentence.dims[0] * K === r.feeds.tokens.dims[0]));
   session.runs.slice(1).forEach((r, j) => {
     assert.equal(r.feeds.self_key_0, session.runs[j].out.new_self_key_0);
     assert.equal(r.feeds.self_value_0, session.runs[j].out.new_self_value_0);
@@ -109,7 +113,7 @@ test("the plain reorder (a copy in JavaScript) gives the same results as the gra
   try {
     const { session, decoder } = batchDecoder(sentences);
     const together = await decoder.searchEach((view, i) => beamSearch(view, opts(i)));
-    const alone = await Promise.all(sentences.map((s, i) => beamSearch(aloneDecoder(s, K), opts(i))));
+    const alone = await Promise.all(sentences.map((s, i) => beamSearch(aloneDecoder(s), opts(i))));
     assert.deepEqual(together, alone);
     assert.ok(session.runs.every((r) => r.feeds.parent.data.every((p, b) => Number(p) === b)));
     assert.notEqual(session.runs[2].feeds.self_key_0, session.runs[1].out.new_self_key_0);  // copied
@@ -122,7 +126,7 @@ test("greedy search together equals greedy search alone; empty caches at the fir
   const opts = (i) => ({ startId: START, eosId: EOS, limit: limits[i] });
   const { session, decoder } = batchDecoder(sentences);
   const together = await decoder.searchEach((view, i) => greedySearch(view, opts(i)));
-  const alone = await Promise.all(sentences.map((s, i) => greedySearch(aloneDecoder(s, 1), opts(i))));
+  const alone = await Promise.all(sentences.map((s, i) => greedySearch(aloneDecoder(s), opts(i))));
   assert.deepEqual(together, alone);
   assert.deepEqual(session.runs[0].feeds.self_key_0.dims, [sentences.length, 1, 0, 1]);
   assert.deepEqual(Array.from(session.runs[0].feeds.sentence.data, Number), [0, 1, 2, 3, 4]);
