@@ -1,11 +1,11 @@
 """Search many sentences: sort by source length, search in batches, hand results back in order.
 
 This is the one batch-translation routine of attnmt: ``Translator.translate`` runs every engine
-through :func:`by_length`, and the trainer's validation decoding runs :func:`translate_ids`
+through :func:`search_in_batches`, and the trainer's validation decoding runs :func:`translate_ids`
 (the native search over the same batches), so validation BLEU and ``attnmt translate`` decode
 alike.
 
-The batching (:func:`by_length`, :func:`search_in_batches`) needs no PyTorch, so engines without
+The batching (:func:`length_batches`, :func:`search_in_batches`) needs no PyTorch, so engines without
 it (CTranslate2) batch here without loading it; the native search (:func:`search_batch`,
 :func:`translate_ids`) imports it when called.
 
@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
     from attnmt.search.step_model import StepModel
 
-SearchFn = Callable[[list[list[int]]], list[list[Hypothesis]]]
-
 
 def length_batches(sources: list[list[int]], batch_size: int) -> list[list[int]]:
     """Indices of ``sources`` in batches of at most ``batch_size``, longest sources first (equal
@@ -42,27 +40,12 @@ def length_batches(sources: list[list[int]], batch_size: int) -> list[list[int]]
     return [order[k: k + batch_size] for k in range(0, len(order), batch_size)]
 
 
-def by_length(sources: list[list[int]], batch_size: int, search: SearchFn) -> list[list[Hypothesis]]:
-    """``search`` over :func:`length_batches` of ``sources``; its per-sentence results in input
-    order.
-
-    Args:
-        sources: source ids per sentence (each ending with EOS).
-        search: maps a batch of sources to one hypothesis list per source, in order (an
-            ``Engine.translate`` with its options bound, or :func:`search_batch`).
-    """
-    results: list[list[Hypothesis] | None] = [None] * len(sources)
-    for chunk in length_batches(sources, batch_size):
-        for i, hyps in zip(chunk, search([sources[i] for i in chunk]), strict=True):
-            results[i] = hyps
-    return results  # type: ignore[return-value]
-
-
 def search_in_batches(sources: list[list[int]], options: SearchOptions, batch_size: int,
                       search: Callable[[list[list[int]], SearchOptions], list[list[Hypothesis]]],
                       workers: int = 1) -> list[list[Hypothesis]]:
-    """:func:`by_length` with per-sentence options: each batch is searched with
-    ``options.select(its indices)``, so constraints and streaming follow their sentences.
+    """``search`` over :func:`length_batches` of ``sources``, its per-sentence results in input
+    order; each batch is searched with ``options.select(its indices)``, so constraints and
+    streaming follow their sentences.
 
     Args:
         search: e.g. ``Engine.translate``: (batch sources, batch options) -> hypotheses per source.
@@ -151,5 +134,5 @@ def _search_batch(model: StepModel, sources: list[list[int]], options: SearchOpt
 def translate_ids(model: StepModel, sources: list[list[int]], options: SearchOptions, batch_size: int,
                   device: torch.device | None = None) -> list[list[Hypothesis]]:
     """:func:`search_batch` over length-sorted batches of ``batch_size`` sentences; results in
-    input order (:func:`by_length`)."""
+    input order (:func:`search_in_batches`)."""
     return search_in_batches(sources, options, batch_size, lambda chunk, opts: search_batch(model, chunk, opts, device))
