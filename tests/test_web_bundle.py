@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from attnmt.cli import main
-from attnmt.errors import AttnmtError
 from attnmt.interop import web as web_export
 from attnmt.interop import web_bundle
 

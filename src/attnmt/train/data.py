@@ -210,10 +210,10 @@ def check_same_data(found: list[dict]) -> None:
         DataError: one line naming the first rank and field that differ.
     """
     for rank, theirs in enumerate(found[1:], start=1):
-        for field in ("fingerprint", "shards", "pairs"):
-            if theirs[field] != found[0][field]:
-                raise DataError(f"rank {rank} reads other training data than rank 0: {field} {_short(theirs[field])} "
-                                f"in {theirs['directory']}, {_short(found[0][field])} in rank 0's "
+        for key in ("fingerprint", "shards", "pairs"):
+            if theirs[key] != found[0][key]:
+                raise DataError(f"rank {rank} reads other training data than rank 0: {key} {_short(theirs[key])} "
+                                f"in {theirs['directory']}, {_short(found[0][key])} in rank 0's "
                                 f"{found[0]['directory']}")
 
 
