@@ -54,6 +54,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+from benchmarks.decode_profile import profile_search  # noqa: E402
 from benchmarks.presets import machine  # noqa: E402
 
 ORT_WEB = HERE.parent / "src/attnmt/web/node_modules/onnxruntime-web/dist/ort.wasm.min.mjs"
@@ -108,31 +109,6 @@ def _best(fn, runs: int, rounds: int) -> float:
             fn()
         best = min(best, (time.perf_counter() - t) / runs)
     return best
-
-
-def _native_search(model: Path, data: Path, beam: int | None) -> dict:
-    """Seconds of a native beam search of test_2016_flickr de->en (plain, then profiled) and the
-    profiled seconds of its matrix products."""
-    import gzip
-
-    from torch.profiler import ProfilerActivity, profile
-
-    from attnmt.decode.translator import Translator
-
-    translator = Translator.from_dir(model)
-    with gzip.open(data / "multi30k/test_2016_flickr.de.gz", "rt", encoding="utf-8") as f:
-        ids = translator.encode_sources(f.read().splitlines())
-    options = translator.options(beam_size=beam)
-    translator.translate_ids(ids[:128], options, batch_size=128)  # warm-up
-    t = time.perf_counter()
-    translator.translate_ids(ids, options, batch_size=128)
-    plain = time.perf_counter() - t
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        translator.translate_ids(ids, options, batch_size=128)
-    self_s = {e.key: e.self_cpu_time_total / 1e6 for e in prof.key_averages()}
-    return {"sentences": len(ids), "beam": options.beam_size, "seconds": plain,
-            "weight_matmul_seconds": self_s.get("aten::addmm", 0.0) + self_s.get("aten::mm", 0.0),
-            "attention_matmul_seconds": self_s.get("aten::bmm", 0.0)}
 
 
 def main() -> None:
@@ -198,7 +174,7 @@ def main() -> None:
     print(f"\nA product takes at least {slowdown:.2f}x as long in the page ({args.rows_page} rows) as natively "
           f"({args.rows_native} rows).")
     if args.model is not None:
-        native = _native_search(args.model, args.data, args.beam)
+        native = profile_search(args.model, args.data, args.beam, args.threads)
         weights, attention = native["weight_matmul_seconds"], native["attention_matmul_seconds"]
         floor = weights * slowdown + attention  # the page's seconds for the products alone, at least
         native.update(page_floor_seconds=floor, page_bound=native["seconds"] / floor)
