@@ -89,11 +89,11 @@ export function finishedWanted(K, patience) {
  * Beam search (attnmt.search.beam): K open hypotheses (one, BOS, at the first step, so the first
  * step runs on one row); of the 2K best one-token extensions, the EOS ones ranked within the first
  * K finish (ranked by log P / lp(|Y|)), the K best others stay open. Two stopping rules, as
- * SearchOptions.early_stopping: exact (the default) stops at the
- * length limit, where every open hypothesis gets EOS, or once the best finished hypothesis cannot
- * be beaten by an open one: s / max(lp(t + 1), lp(limit)) <= best finished score. Early stopping
- * (CTranslate2's rule) stops once finishedWanted(K, patience) hypotheses have finished; at the
- * length limit the K best extensions finish as they are (a hypothesis cut there has no EOS).
+ * SearchOptions.early_stopping: exact (the default) stops at the length limit, where every open
+ * hypothesis gets EOS, or once the best finished hypothesis cannot be beaten by an open one:
+ * s / max(lp(t + 1), lp(limit)) <= best finished score. Early stopping (CTranslate2's rule)
+ * stops once finishedWanted(K, patience) hypotheses have finished; at the length limit the K best
+ * extensions finish as they are (a hypothesis cut there has no EOS).
  * @param decoder see the module comment (1 row at the first step, then K)
  * @param {{beamSize: number, startId: number, eosId: number, limit: number, alpha: number, k: number,
  *          earlyStopping?: boolean, patience?: number, onStep?: (bestOpen: number[]) => void}} opts
