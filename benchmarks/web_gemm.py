@@ -93,7 +93,7 @@ def _graph(path: Path, rows: int, d_in: int, d_out: int) -> None:
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, d_in])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, d_out])], [weight])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8  # what onnxruntime-web reads
+    model.ir_version = 8  # an IR version every onnxruntime release reads
     onnx.save(model, str(path))
     path.with_name(path.name + ".json").write_text(json.dumps([rows, d_in]))
 
