@@ -66,14 +66,24 @@ def profile_search(model: Path, data: Path, beam: int | None = None, threads: in
             "operators_seconds": sum(self_s.values()), "top_others": {k: self_s[k] for k in others[:top]}}
 
 
-def startup_seconds(rounds: int = 3) -> float:
-    """The fastest of ``rounds`` fresh interpreters importing torch and attnmt's command line."""
+def fastest(fn, runs: int = 1, rounds: int = 3, warmup: int = 0) -> float:
+    """Seconds per call of ``fn``: the fastest of ``rounds`` rounds of ``runs`` calls, after
+    ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
     best = float("inf")
     for _ in range(rounds):
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import torch, attnmt.cli"], check=True)
-        best = min(best, time.perf_counter() - t)
+        for _ in range(runs):
+            fn()
+        best = min(best, (time.perf_counter() - t) / runs)
     return best
+
+
+def startup_seconds(rounds: int = 3) -> float:
+    """The fastest of ``rounds`` fresh interpreters importing torch and attnmt's command line."""
+    return fastest(lambda: subprocess.run([sys.executable, "-c", "import torch, attnmt.cli"], check=True),
+                   rounds=rounds)
 
 
 def main() -> None:

@@ -42,7 +42,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +53,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from benchmarks.decode_profile import profile_search  # noqa: E402
+from benchmarks.decode_profile import fastest, profile_search  # noqa: E402
 from benchmarks.presets import machine  # noqa: E402
 
 ORT_WEB = HERE.parent / "src/attnmt/web/node_modules/onnxruntime-web/dist/ort.wasm.min.mjs"
@@ -98,19 +97,6 @@ def _graph(path: Path, rows: int, d_in: int, d_out: int) -> None:
     path.with_name(path.name + ".json").write_text(json.dumps([rows, d_in]))
 
 
-def _best(fn, runs: int, rounds: int) -> float:
-    """Seconds per call of ``fn``: the fastest of ``rounds`` rounds of ``runs`` calls, after 3 warm-up calls."""
-    for _ in range(3):
-        fn()
-    best = float("inf")
-    for _ in range(rounds):
-        t = time.perf_counter()
-        for _ in range(runs):
-            fn()
-        best = min(best, (time.perf_counter() - t) / runs)
-    return best
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=1, help="threads of every engine (the page's default: 1)")
@@ -152,10 +138,11 @@ def main() -> None:
             session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
             feed = {"x": x.numpy()}
             flops = 2 * rows * d_in * d_out
-            rate = {"wasm": flops / wasm[str(path)] / 1e9,
-                    "torch": flops / _best(lambda: F.linear(x, w), args.runs, args.rounds) / 1e9,
-                    "onnxruntime": flops / _best(lambda: session.run(None, feed), args.runs, args.rounds) / 1e9}
-            rows_out.append({"shape": [rows, d_in, d_out], "gflops": rate})
+            gflops = {"wasm": flops / wasm[str(path)] / 1e9,
+                      "torch": flops / fastest(lambda: F.linear(x, w), args.runs, args.rounds, warmup=3) / 1e9,
+                      "onnxruntime": flops / fastest(lambda: session.run(None, feed), args.runs, args.rounds,
+                                                     warmup=3) / 1e9}
+            rows_out.append({"shape": [rows, d_in, d_out], "gflops": gflops})
     rate = {tuple(r["shape"]): r["gflops"] for r in rows_out}
     # How many times longer a product takes in the page than natively: PyTorch at native rows
     # against WebAssembly at page rows; the smallest over the shapes favours the page.
