@@ -8,16 +8,15 @@ Every toolkit trains the same model on the same data (``configs/*.yaml``, filled
 
 from __future__ import annotations
 
-import gzip
 import importlib.metadata
 import json
-import os
-import platform
 import string
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from harness import read_lines, write_lines
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -40,14 +39,11 @@ class Setting:
     threads: int
     decode_batch: int
     test_lines: int
-    nice: int
     attnmt_model: Path | None
     toolkits: tuple[str, ...]
     decode: bool
     decode_updates: int
     decode_rounds: int
-    results: Path
-    command: str
     env: dict = field(default_factory=dict)
     bf16: bool = True  # the CPU has bfloat16 kernels (attnmt.precision.cpu_bf16_is_fast)
 
@@ -74,60 +70,25 @@ def fill_template(template: str, **values) -> str:
     return string.Template((HERE / "configs" / template).read_text(encoding="utf-8")).substitute(**values)
 
 
-def peer_venv(work_root: Path, toolkit: str) -> Path:
-    """The virtual environment of a peer ('joeynmt'; 'onmt', which also holds CTranslate2)."""
-    return work_root / ("venv-joeynmt" if toolkit == "joeynmt" else "venv-onmt")
+def peer_venv(toolkit: str) -> Path:
+    """The virtual environment setup_peers.sh makes for a peer (benchmarks/work/venv-*)."""
+    return HERE / "work" / ("venv-joeynmt" if toolkit == "joeynmt" else "venv-onmt")
 
 
-def versions(work_root: Path) -> dict:
+def versions() -> dict:
     """Toolkit -> {package: version} for attnmt and the peers' environments that exist."""
     try:
         attnmt = importlib.metadata.version("attnmt")
     except Exception:  # noqa: BLE001 - informational only
         attnmt = "?"
     out = {"attnmt": {"attnmt": attnmt}}
-    for key, venv, pkgs in (("joeynmt", "venv-joeynmt", ["joeynmt", "torch"]),
-                            ("onmt", "venv-onmt", ["OpenNMT-py", "ctranslate2", "torch"])):
-        py = work_root / venv / "bin/python"
+    for key, pkgs in (("joeynmt", ["joeynmt", "torch"]), ("onmt", ["OpenNMT-py", "ctranslate2", "torch"])):
+        py = peer_venv(key) / "bin/python"
         if py.exists():
             code = "import importlib.metadata as m, json; print(json.dumps({p: m.version(p) for p in %r}))" % pkgs
             r = subprocess.run([str(py), "-c", code], capture_output=True, text=True)
             out[key] = json.loads(r.stdout) if r.returncode == 0 else {}
     return out
-
-
-def cpu_fields() -> dict[str, str]:
-    """Processor 0's ``key: value`` lines of /proc/cpuinfo ('model name', 'cpu family', 'model',
-    'flags', ...); empty where there is no /proc/cpuinfo."""
-    try:
-        info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return {}
-    first_cpu = info.split("\n\n", 1)[0]
-    return {key.strip(): value.strip() for key, _, value in (ln.partition(":") for ln in first_cpu.splitlines())}
-
-
-def cpu_name(fields: dict[str, str]) -> str:
-    """'MODEL NAME (family F model M)' from :func:`cpu_fields` (CPUs of one name differ by
-    generation: an EPYC of family 23 is about half as fast as one of family 25)."""
-    return (f"{fields.get('model name', 'unknown CPU')} (family {fields.get('cpu family', '?')} "
-            f"model {fields.get('model', '?')})")
-
-
-def machine_info(probe: dict) -> dict:
-    """CPU model (name, family and model number), cores, memory (GiB), vector ISA flags, kernel,
-    Python and (from the matmul probe) torch versions."""
-    cpu = cpu_fields()
-    mem = 0
-    try:
-        mem = int(next(ln for ln in Path("/proc/meminfo").read_text().splitlines()
-                       if ln.startswith("MemTotal")).split()[1]) * 1024
-    except (OSError, StopIteration):
-        pass
-    flags = cpu.get("flags", "").split()
-    isa = ", ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags)
-    return {"cpu": cpu_name(cpu), "cores": os.cpu_count(), "mem_gib": round(mem / 2**30, 1), "isa": isa,
-            "kernel": platform.release(), "python": platform.python_version(), "torch": probe.get("torch")}
 
 
 def plain_splits(data_src: Path, dest: Path, splits: tuple[str, ...], test_lines: int = 0) -> None:
@@ -138,13 +99,8 @@ def plain_splits(data_src: Path, dest: Path, splits: tuple[str, ...], test_lines
         for lang in ("de", "en"):
             dst = dest / f"{'test' if split.startswith('test') else split}.{lang}"
             if not dst.exists():
-                with gzip.open(data_src / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-                    lines = f.read().split("\n")
-                if lines and lines[-1] == "":
-                    lines.pop()
-                if split.startswith("test") and test_lines:
-                    lines = lines[: test_lines]
-                dst.write_text("".join(ln + "\n" for ln in lines), encoding="utf-8")
+                write_lines(dst, read_lines(data_src / f"{split}.{lang}.gz",
+                                            test_lines if split.startswith("test") else None))
 
 
 def prepare_data(s: Setting) -> dict:

@@ -14,8 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
-from measure import run
-from report import fmt
+from harness import run
 from setting import ROOT, Setting, peer_venv
 
 
@@ -94,14 +93,14 @@ def train_attnmt(s: Setting, out: Path, precision: str = "fp32", updates: int | 
     cfg = s.fill("attnmt.yaml", out.parent / f"{out.name}.yaml", updates=updates, precision=precision)
     if out.exists():
         shutil.rmtree(out)
-    p = run([str(ROOT / ".venv/bin/attnmt"), "train", str(cfg), "--output", str(out)], out.parent / f"{out.name}.log",
-            env=s.env, nice=s.nice)
+    p = run([str(ROOT / ".venv/bin/attnmt"), "train", str(cfg), "--output", str(out)],
+            env=s.env, log=out.parent / f"{out.name}.log", check="raise")
     records = [json.loads(ln) for ln in (out / "train_log.jsonl").read_text(encoding="utf-8").splitlines()]
     windows = [(r["step"], r["tgt_tokens_per_s"]) for r in records if r["kind"] == "train"]
     done = next(r for r in records if r["kind"] == "done")
     valid = [r for r in records if r["kind"] == "valid"]
     return {"windows": windows, "rate": combine_windows(windows, s.log_every), "process_s": p.seconds,
-            "peak_rss": p.peak_rss, "other_cores": p.other_cores, "updates": done["steps"], "model": str(out),
+            "peak_rss": p.peak_rss, "updates": done["steps"], "model": str(out),
             "own_rate_excl_batching": done["tgt_tokens_per_second"],
             "valid_ppl": valid[-1]["valid_ppl"] if valid else None, "precision": done.get("precision", precision)}
 
@@ -109,14 +108,14 @@ def train_attnmt(s: Setting, out: Path, precision: str = "fp32", updates: int | 
 def train_joeynmt(s: Setting, out: Path) -> dict:
     """JoeyNMT training in the shared setting into ``out`` (windows from its train.log)."""
     cfg = s.fill("joeynmt.yaml", out.parent / f"{out.name}.yaml", model_dir=out)
-    py = peer_venv(s.work.parent, "joeynmt") / "bin/python"
-    p = run([str(py), "-m", "joeynmt", "train", str(cfg), "--skip-test"], out.parent / f"{out.name}.log",
-            env=s.env, nice=s.nice)
+    py = peer_venv("joeynmt") / "bin/python"
+    p = run([str(py), "-m", "joeynmt", "train", str(cfg), "--skip-test"],
+            env=s.env, log=out.parent / f"{out.name}.log", check="raise")
     text = (out / "train.log").read_text(encoding="utf-8", errors="replace")
     windows = [(int(m.group(1)), float(m.group(2)))
                for m in re.finditer(r"Step:\s+(\d+),.*?Tokens per Sec:\s+([\d.]+)", text)]
     return {"windows": windows, "rate": combine_windows(windows, s.log_every), "process_s": p.seconds,
-            "peak_rss": p.peak_rss, "other_cores": p.other_cores, "updates": max((w[0] for w in windows), default=0),
+            "peak_rss": p.peak_rss, "updates": max((w[0] for w in windows), default=0),
             "model": str(out), "config": str(cfg)}
 
 
@@ -127,17 +126,17 @@ def train_onmt(s: Setting, out: Path, updates: int | None = None) -> dict:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     cfg = s.fill("onmt.yaml", out.parent / f"{out.name}.yaml", updates=updates, model_dir=out)
-    bin_dir = peer_venv(s.work.parent, "onmt") / "bin"
-    p = run([str(bin_dir / "onmt_train"), "-config", str(cfg)], out.parent / f"{out.name}.log", env=s.env,
-            nice=s.nice)
-    text = p.log.read_text(encoding="utf-8", errors="replace")
+    bin_dir = peer_venv("onmt") / "bin"
+    p = run([str(bin_dir / "onmt_train"), "-config", str(cfg)], env=s.env, log=out.parent / f"{out.name}.log",
+            check="raise")
+    text = p.output
     windows = [(int(m.group(1)), float(m.group(3)))
                for m in re.finditer(r"Step\s+(\d+)/\s*\d+;.*?([\d.]+)/\s*([\d.]+) tok/s", text)]
     ckpts = sorted(out.glob("model_step_*.pt"), key=lambda q: int(q.stem.rsplit("_", 1)[1]))
     if not ckpts:
         raise RuntimeError(f"OpenNMT-py wrote no checkpoint in {out}")
     return {"windows": windows, "rate": combine_windows(windows, s.log_every), "process_s": p.seconds,
-            "peak_rss": p.peak_rss, "other_cores": p.other_cores, "updates": max((w[0] for w in windows), default=0),
+            "peak_rss": p.peak_rss, "updates": max((w[0] for w in windows), default=0),
             "model": str(ckpts[-1])}
 
 
@@ -168,7 +167,7 @@ def timed_rounds(s: Setting, failures: list[str]) -> dict[str, dict]:
                 failures.append(f"train {tk} round {rnd + 1}: {e}")
                 print(f"[bench] FAILED: {e}", flush=True)
                 continue
-            print(f"[bench]   {tk}: {fmt(rec['rate'])} tgt tok/s", flush=True)
+            print(f"[bench]   {tk}: {rec['rate'] or 0:,.0f} tgt tok/s", flush=True)
             agg = train.setdefault(tk, {"rounds": []})
             agg["rounds"].append(rec)
     for tk, agg in train.items():
@@ -177,7 +176,6 @@ def timed_rounds(s: Setting, failures: list[str]) -> dict[str, dict]:
         agg["rate"] = sum(rates) / len(rates) if rates else None
         agg["peak_rss"] = max(r["peak_rss"] for r in agg["rounds"])
         agg["process_s"] = agg["rounds"][-1]["process_s"]
-        agg["other_cores"] = max(r["other_cores"] for r in agg["rounds"])
         agg["last"] = agg["rounds"][-1]
     return train
 

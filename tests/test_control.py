@@ -61,7 +61,7 @@ def test_an_over_long_constraint_is_reported_and_dropped(translator, caplog):
 
 def test_an_engine_without_constraints_refuses_in_one_line(translator):
     class NoConstraints:
-        name, supports = "toy", CORE_OPTIONS
+        name, supports = "toy", CORE_OPTIONS | {"exact_stopping"}
         device, precision = "cpu", "fp32"
 
         def translate(self, sources, options):

@@ -17,6 +17,7 @@ from attnmt.config import config_from_dict
 from attnmt.data.batching import batch_from_arrays, make_batch
 from attnmt.device import resolve_device, to_device
 from attnmt.errors import ConfigError
+from attnmt.signals import StopSignals
 from attnmt.train import distributed
 from attnmt.train.trainer import Trainer
 
@@ -166,7 +167,7 @@ def test_distributed_helpers_without_a_process_group():
 
 def test_stop_signals_flag_then_interrupt():
     before = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN in a background job
-    with distributed.StopSignals() as stop:
+    with StopSignals() as stop:
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop.received == "SIGTERM"
         with pytest.raises(KeyboardInterrupt):

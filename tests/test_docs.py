@@ -168,3 +168,110 @@ def test_ci_runs_the_readme_install_lines_and_test_command_as_written():
     packages = re.search(r"apt-get install ([a-z0-9 -]+)", command1).group(1).split()
     assert sorted(packages) == ["chromium", "nodejs", "npm"]
     assert all(re.search(rf"\b{p}\b", "\n".join(ci)) for p in packages)
+
+
+DOC_PAGES = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+
+# Words that tell the project's history instead of what the code does now.
+HISTORY = re.compile("|".join([
+    r"\bissues? #?\d+", r"\bPR #?\d+", r"\b(earlier|previous|older) versions?\b", r"\bas before\b",
+    r"\bbefore and after\b", r"\bbefore this (change|record|planner|version|release)\b", r"\bthe code before\b",
+    r"\bthe estimate it replaces\b", r"\bit replaces\b", r"\blast (round|session|run|time)\b",
+    r"\bthis (round|session)\b", r"\bno longer\b", r"\bused to\b", r"\bpreviously\b", r"\bformerly\b",
+    r"\bat hand\b", r"\bgit history\b", r"\buntil measured\b", r"\ba slower day\b", r"\bbusy day\b",
+    r"\bthat day\b", r"\bnowadays\b", r"\bcommit [0-9a-f]{7,40}\b",
+]), re.I)
+
+
+def _history_hits(text: str, name: str) -> list[str]:
+    return [f"{name}:{n}: {m.group(0)!r}" for n, line in enumerate(text.splitlines(), start=1)
+            for m in HISTORY.finditer(line)]
+
+
+def test_the_docs_tell_what_the_code_does_not_its_history():
+    hits = [hit for page in DOC_PAGES for hit in _history_hits(page.read_text(encoding="utf-8"), page.name)]
+    assert not hits, "\n".join(hits)
+    assert _history_hits("Loaded as before; see issue 58 and the estimate it replaces.", "x") == [
+        "x:1: 'as before'", "x:1: 'issue 58'", "x:1: 'the estimate it replaces'"]
+
+
+def _code(text: str) -> list[str]:
+    """The code of a page: each line of its fenced blocks (continuation lines joined) and each
+    inline code span."""
+    blocks = re.findall(r"```[\w-]*\n(.*?)```", text, flags=re.S)
+    spans = re.findall(r"`([^`\n]+)`", re.sub(r"```[\w-]*\n.*?```", "", text, flags=re.S))
+    return [line for block in blocks for line in block.replace("\\\n", " ").splitlines()] + spans
+
+
+def _subcommand_flags() -> dict[str, set[str]]:
+    parser = build_parser()
+    common = {o for a in parser._actions for o in a.option_strings}
+    return {path.removeprefix("attnmt "): common | {o for a in sub._actions for o in a.option_strings}
+            for path, sub in _hook()._subcommands(parser, "attnmt")}
+
+
+def _flags_used(code: list[str], subcommands: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(subcommand, --flag) for each flag written after ``attnmt SUBCOMMAND`` (or at the start of a
+    span, ``translate --engine``), up to the end of that command (a pipe, ;, && or the next attnmt)."""
+    names = "|".join(sorted(map(re.escape, subcommands), key=len, reverse=True))
+    command = re.compile(rf"(?:^|(?<=[\s/(]))(?:attnmt\s+)?({names})(?=\s)(.*)")
+    used = []
+    for line in code:
+        for part in re.split(r"\|(?!\|)|;|&&", line):
+            for m in command.finditer(part.strip()):
+                if not (m.group(0).startswith("attnmt") or m.start() == 0):
+                    continue
+                rest = re.split(r"\battnmt\s", m.group(2))[0]
+                used += [(m.group(1), flag) for flag in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", rest)]
+    return used
+
+
+def test_every_flag_the_docs_name_exists_in_its_subcommand():
+    subcommands = _subcommand_flags()
+    used = [(page.name, sub, flag) for page in DOC_PAGES
+            for sub, flag in _flags_used(_code(page.read_text(encoding="utf-8")), subcommands)]
+    assert len(used) > 150 and len({(s, f) for _, s, f in used}) > 40  # the check reads the pages
+    missing = [f"{page}: attnmt {sub} {flag}" for page, sub, flag in used if flag not in subcommands[sub]]
+    assert not missing, "\n".join(missing)
+    assert _flags_used(["cat x | attnmt translate --model m --beam 3 | attnmt score --ref r"], subcommands) == [
+        ("translate", "--model"), ("translate", "--beam"), ("score", "--ref")]
+
+
+# A dotted name under a section of the configuration: data.train[1].tgt_lang, model.d_model.
+CONFIG_KEY = re.compile(r"(?<![\w./$-])((?:%s)(?:\.[A-Za-z_]\w*|\[\d*\])+)(?![\w/-])" % "|".join(Config.model_fields))
+# ... that are file names rather than keys (train.de.gz, model.safetensors, train.00000.src.bin).
+FILE_PART = {"de", "en", "fr", "cs", "gz", "txt", "bin", "npy", "safetensors", "json", "jsonl", "yaml", "pt",
+             "model", "src", "tgt", "vec", "onnx", "hyp"}
+
+
+def _config_keys_used(code: list[str]) -> list[str]:
+    keys = []
+    for span in code:
+        for m in CONFIG_KEY.finditer(span):
+            parts = re.sub(r"\[\d*\]", "", m.group(1)).split(".")
+            if parts[-1] not in FILE_PART:
+                keys.append(m.group(1))
+    return keys
+
+
+def test_every_configuration_key_the_docs_name_exists():
+    known = {key for key, *_ in _hook().config_rows(Config, "")}
+    used = [(page.name, key) for page in DOC_PAGES
+            for key in _config_keys_used(_code(page.read_text(encoding="utf-8")))]
+    assert len(used) > 100 and len({k for _, k in used}) > 50  # the check reads the pages
+    unknown = [f"{page}: {key}" for page, key in used
+               if re.sub(r"\[\d*\]", "[]", key) not in known and key not in {"train.lr_rate"}]  # a typo shown as one
+    assert not unknown, "\n".join(unknown)
+    assert _config_keys_used(["--set train.max_minutes=30 data.train[1].tgt_lang train.de.gz model.safetensors"]) == [
+        "train.max_minutes", "data.train[1].tgt_lang"]
+
+
+def test_every_link_to_a_results_section_names_one(site):
+    """The docs cite a figure by its section of benchmarks/RESULTS.md (results.md#SECTION): each
+    such anchor is a heading of the built results page."""
+    results = (site / "results" / "index.html").read_text(encoding="utf-8")
+    links = [(page.name, anchor) for page in DOCS.glob("*.md")
+             for anchor in re.findall(r"\]\(results\.md#([\w-]+)\)", page.read_text(encoding="utf-8"))]
+    assert len(links) >= 10
+    missing = [f"{page}: results.md#{anchor}" for page, anchor in links if f'id="{anchor}"' not in results]
+    assert not missing, "\n".join(missing)

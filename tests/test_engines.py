@@ -1,7 +1,8 @@
 """One engine interface: CTranslate2 (float32) and ONNX Runtime translate as the native engine
-does, for every length penalty, greedy and beam search, both stopping rules (exact, and early
-stopping with patience, under which CTranslate2 runs its own search unchanged), mixed lengths in
-one batch, and where the length limit binds; their token log-probabilities are the model's.
+does, for every length penalty, greedy and beam search, early stopping with patience (under
+which CTranslate2 runs its own search unchanged), mixed lengths in one batch, and where the
+length limit binds; their token log-probabilities are the model's. ONNX Runtime also searches
+with exact stopping; CTranslate2 refuses it in one line naming ``--early-stopping true``.
 
 The model is the toy German->English dictionary model of conftest (trained in the session).
 With ``ATTNMT_TEST_MODEL`` set to a model directory (e.g. the Multi30k de->en preset's run) and
@@ -74,6 +75,10 @@ def _compare(engines: dict[str, Translator], sentences: list[str], options: Sear
     early = options.early_stopping and not options.is_greedy
     share = 0.97 if early else 0.99
     for name in ("ctranslate2", "onnxruntime"):
+        if name == "ctranslate2" and not options.is_greedy and not options.early_stopping:
+            with pytest.raises(UnsupportedOption, match="exact_stopping; use --early-stopping true"):
+                engines[name].translate(sentences, options=options, batch_size=batch_size)
+            continue
         got = engines[name].translate(sentences, options=options, batch_size=batch_size)
         same = 0
         for s, a, b in zip(sentences, expected, got):
@@ -233,7 +238,7 @@ def test_ctranslate2_translates_without_pytorch(toy, dictionary_model_dir, tmp_p
 def test_nbest_and_empty_lines_alike(toy):
     engines, sentences = toy
     texts = ["", sentences[3], " ", sentences[7]]
-    out = {name: tr.translate(texts, beam_size=4, nbest=3) for name, tr in engines.items()}
+    out = {name: tr.translate(texts, options=tr.options(4, 3, early_stopping=True)) for name, tr in engines.items()}
     for name, translations in out.items():
         assert [len(t.hypotheses) for t in translations] == [3, 3, 3, 3]
         assert [h.text for h in translations[0].hypotheses + translations[2].hypotheses] == [""] * 6
@@ -247,9 +252,14 @@ def test_unsupported_option_is_one_line_before_any_work(toy):
         engine = engines[name].engine
         assert isinstance(engine, Engine)
         with pytest.raises(UnsupportedOption, match=f"^the {name} engine does not support return_attention$"):
-            engines[name].translate(["ein mann"], return_attention=True)
+            engines[name].translate(["ein mann"], options=engines[name].options(4, early_stopping=True,
+                                                                                return_attention=True))
         with pytest.raises(UnsupportedOption, match="attention weights"):
             engines[name].attention([5, 2], [2])
+    exact = engines["ctranslate2"].options(4, early_stopping=False)
+    with pytest.raises(UnsupportedOption, match="^the ctranslate2 engine does not support exact_stopping; "
+                                                "use --early-stopping true"):
+        engines["ctranslate2"].translate(["ein mann"], options=exact)
     check_supported(engines["native"].engine, SearchOptions(beam_size=2, return_attention=True))
     with pytest.raises(ValueError, match="nbest"):
         SearchOptions(beam_size=2, nbest=3)
@@ -257,13 +267,13 @@ def test_unsupported_option_is_one_line_before_any_work(toy):
 
 def test_trainer_validation_decodes_as_translate(dictionary_model_dir):
     """The trainer's validation translations are ``attnmt translate``'s greedy ones."""
-    from attnmt.search.batched import translate_ids
+    from attnmt.search.batched import native_search
 
     tr = Translator.from_dir(dictionary_model_dir, device="cpu")
     sentences = _toy_sentences(20)
     ids = tr.encode_sources(sentences)
     options = SearchOptions.from_config(tr.config.decode, beam_size=1)
-    hyps = translate_ids(tr.model, ids, options, batch_size=7)
+    hyps = native_search(tr.model, ids, options, batch_size=7)
     assert [tr.tgt_tokenizer.decode(h.tokens[:-1]) for [h] in hyps] == \
         [t.text for t in tr.translate(sentences, beam_size=1, batch_size=5)]
 
@@ -278,7 +288,7 @@ def real(tmp_path_factory):
     return _engines(Path(model), tmp_path_factory.mktemp("real")), sentences
 
 
-@pytest.mark.parametrize("label, settings", SETTINGS, ids=[s[0] for s in SETTINGS])
+@pytest.mark.parametrize("label, settings", SETTINGS + EARLY, ids=[s[0] for s in SETTINGS + EARLY])
 def test_engines_equal_native_on_multi30k(real, label, settings):
     engines, sentences = real
     _compare(engines, sentences, engines["native"].options(**settings), label)

@@ -141,7 +141,7 @@ def test_finetuned_exports_to_ctranslate2_and_translates(corpus, finetuned, tmp_
     (tmp_path / "in.txt").write_text("\n".join(src) + "\n", encoding="utf-8")
     capsys.readouterr()
     assert main(["-q", "translate", "--engine", "ctranslate2", "--model", str(tmp_path / "ct2"), "--input",
-                 str(tmp_path / "in.txt"), "--beam-size", "2"]) == 0
+                 str(tmp_path / "in.txt"), "--beam-size", "2", "--early-stopping", "true"]) == 0
     lines = capsys.readouterr().out.split("\n")
     assert len(lines) == 11 and lines[-1] == "" and all(lines[:10])
 

@@ -21,6 +21,7 @@ from attnmt.data.corpus import MAX_LINE_CHARS, decode_lines
 from attnmt.decode.translator import Translator
 from attnmt.errors import ConfigError, DataError, TrainingError, WriteError
 from attnmt.search.beam import beam_search
+from attnmt.search.options import SearchOptions
 from attnmt.search.greedy import greedy_search
 from attnmt.train import checkpoint as checkpoint_module
 from attnmt.train import trainer as trainer_module
@@ -249,7 +250,7 @@ def test_search_never_returns_zero_hypotheses():
             p.fill_(float("nan"))
     src = torch.tensor([[5, 6, 7, 3], [8, 3, 0, 0]])
     for nbest in (1, 3):
-        hyps = beam_search(model, src, beam_size=3, nbest=nbest)
+        hyps = beam_search(model, src, SearchOptions(beam_size=3, nbest=nbest))
         assert [len(h) for h in hyps] == [nbest, nbest]
     assert len(greedy_search(model, src)) == 2
 

@@ -51,6 +51,7 @@ def test_ctranslate2_float32_equals_native_beam_search(trained, tmp_path):
     run_dir, _, sentences, native = trained
     ct2 = open_translator(export_ctranslate2(run_dir, tmp_path / "ct2"), "ctranslate2", "cpu")
     ct2.config.decode.length_penalty_k = 0.0  # as the native translator's (the engine honours k)
+    ct2.config.decode.early_stopping = True  # CTranslate2's stopping rule, the only one the engine has
     ours = ct2.translate(sentences, beam_size=BEAM, length_penalty=ALPHA, batch_size=16)
     assert _agreement(native, ours) >= 0.95
     same = [(a, b) for a, b in zip(native, ours) if a.text == b.text]
@@ -74,6 +75,7 @@ def test_ctranslate2_int8_within_half_a_bleu(trained, tmp_path):
     run_dir, _, sentences, native = trained
     ct2 = open_translator(export_ctranslate2(run_dir, tmp_path / "ct2", quantization="int8"), "ctranslate2", "cpu")
     ct2.config.decode.length_penalty_k = 0.0
+    ct2.config.decode.early_stopping = True
     ours = ct2.translate(sentences, beam_size=BEAM, length_penalty=ALPHA)
     refs = sentences  # the copy task
     native_bleu = corpus_scores([t.text for t in native], refs)["bleu"]
@@ -116,6 +118,7 @@ def test_ctranslate2_7bit_weights_dequantize_to_the_model(trained, tmp_path):
     seven = export_ctranslate2(run_dir, tmp_path / "ct2-7", quantization="int8")
     ct2 = open_translator(seven, "ctranslate2", "cpu", compute_type="float32")
     ct2.config.decode.length_penalty_k = 0.0
+    ct2.config.decode.early_stopping = True
     ours = ct2.translate(sentences, beam_size=BEAM, length_penalty=ALPHA)
     assert _agreement(native, ours) >= 0.95
     eight = export_ctranslate2(run_dir, tmp_path / "ct2-8", quantization="int8", int8_weight_bits=8)
@@ -152,7 +155,8 @@ def test_cli_export_and_engines(trained, tmp_path, capsys):
         assert main(["-q", "export", fmt, "--model", str(run_dir), "--output", str(tmp_path / fmt)]) == 0
         capsys.readouterr()
         assert main(["-q", "translate", "--engine", engine, "--model", str(tmp_path / fmt), "--input",
-                     str(tmp_path / "in.txt"), "--beam-size", "4"]) == 0
+                     str(tmp_path / "in.txt"), "--beam-size", "4"]
+                    + (["--early-stopping", "true"] if engine == "ctranslate2" else [])) == 0
         lines = capsys.readouterr().out.split("\n")
         assert len(lines) == 10 and lines[8] == ""  # 9 lines (one empty) + the final newline
         if engine == "onnxruntime":  # attnmt's own search, k = 5 as natively

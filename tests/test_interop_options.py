@@ -16,6 +16,7 @@ from attnmt.errors import ConfigError
 from attnmt.model.positional import sinusoidal_table
 from attnmt.search.beam import beam_search
 from attnmt.search.greedy import greedy_search
+from attnmt.search.options import SearchOptions
 from tests.conftest import tiny_model
 
 
@@ -73,7 +74,7 @@ def test_decoder_start_id_is_the_first_decoder_input(search):
         if search == "greedy":
             greedy_search(rec, src, 0.0, 3)
         else:
-            beam_search(rec, src, beam_size=2, alpha=0.0, max_len_a=0.0, max_len_b=3)
+            beam_search(rec, src, SearchOptions(beam_size=2, length_penalty=0.0, max_len_a=0.0, max_len_b=3))
         assert set(rec.first) == {start}
     with pytest.raises(Exception):
         ModelConfig(decoder_start_id=-1)
@@ -96,7 +97,8 @@ def test_forbidden_ids_are_never_output_and_others_keep_their_log_probs():
     keep = [i for i in range(a.size(1)) if i not in (9, PAD_ID)]
     assert torch.allclose(a[0, keep], b[0, keep])
     assert all(9 in h.tokens for h in greedy_search(plain, src, 0.0, 4))
-    for h in greedy_search(forbidding, src, 0.0, 4) + [hs[0] for hs in beam_search(forbidding, src, 3, 0.0)]:
+    beams = beam_search(forbidding, src, SearchOptions(beam_size=3, length_penalty=0.0))
+    for h in greedy_search(forbidding, src, 0.0, 4) + [hs[0] for hs in beams]:
         assert 9 not in h.tokens and PAD_ID not in h.tokens
 
 

@@ -24,16 +24,14 @@ from tests.conftest import MULTILINGUAL_DIRECTIONS, copy_task_config, multilingu
 SENTENCES = ["ein mann sieht ein rot auto", "eine frau und ein kind spielen ball"] * 50
 
 
-def test_tags_are_reserved_whole_pieces_never_split():
+def test_tags_are_reserved_pieces_that_no_text_encodes_to():
     tok = Tokenizer.train(SENTENCES, vocab_size=60, model_type="bpe", user_symbols=["<2en>", "<2fr>"])
-    plain = Tokenizer.train(SENTENCES, vocab_size=60, model_type="bpe")
     for tag in ("<2en>", "<2fr>"):
         [tag_id] = tok.piece_ids([tag])
-        assert tok.encode(tag)[-1] == tag_id and tok.pieces([tag_id]) == [tag]  # after SentencePiece's '▁'
-        assert tok.decode(tok.encode(f"ein {tag} mann")) == f"ein {tag} mann"
-        assert tag_id in tok.encode(f"ein{tag}mann")  # inside a word too: one piece
-        assert len(plain.encode(tag)) > 1  # without the reservation SentencePiece splits it
-    assert tok.encode("<2de>") != tok.piece_ids(["<2de>"])  # only the model's own tags are reserved
+        assert tok.pieces([tag_id]) == [tag] and tag_id != tok.piece_ids(["<unk>"])[0]  # one piece of its own
+        for text in (tag, f"ein {tag} mann", f"ein{tag}mann"):  # text spelling a tag is ordinary characters
+            assert tag_id not in tok.encode(text)
+        assert len(tok.encode(tag)) > 1  # its characters, one piece or more each
 
 
 def test_temperature_weights_match_the_formula_and_the_sampler_draws_them_within_2_percent():

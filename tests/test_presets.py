@@ -26,8 +26,14 @@ PRESETS = sorted((REPO / "configs").glob("*.yaml"))
 @pytest.mark.parametrize("path", PRESETS, ids=[p.stem for p in PRESETS])
 def test_preset_loads_validates_and_names_its_source(path):
     config = load_config(path)
-    assert config.data.dataset == "multi30k"
     assert path.read_text().startswith("# ")  # a comment saying what it reproduces
+    if config.data.train is not None:  # Multi30k's files by path, each entry naming its direction
+        assert all(f.startswith("$ATTNMT_DATA/multi30k/") for e in config.data.train for f in (e.src, e.tgt))
+        directions = {f"{e.src_lang}_{e.tgt_lang}" for e in config.data.train}
+        targets = {e.tgt_lang for e in config.data.train}
+        assert (len(directions) == 1 and directions.pop() in path.stem) or f"to_{targets.pop()}" in path.stem
+        return
+    assert config.data.dataset == "multi30k"
     if config.data.pairs is not None:  # a multilingual preset
         assert "multilingual" in path.stem and len(config.data.pairs) > 1
     else:

@@ -12,6 +12,7 @@ import torch
 
 from attnmt.data.tokenizers import EOS_ID, PAD_ID
 from attnmt.search.beam import beam_search
+from attnmt.search.options import SearchOptions
 from attnmt.search.constraints import ConstraintState, advance, constraints_fit, met_tokens, next_tokens, round_robin
 from tests.conftest import tiny_model
 from tests.test_search_core import SRC, A, B_, C, FakeModel, run_beam
@@ -57,9 +58,9 @@ def test_a_constraint_changes_the_output_to_contain_it():
     # Unconstrained: [A, EOS] (0.6 * 0.8). With the constraint [C]: step 1 keeps C (bank 1) and
     # A (bank 0); step 2 ranks A->C (0.12, bank 1) first; A, C, EOS finishes at step 3.
     table = {(): {A: 0.6, B_: 0.3, C: 0.1}, (A,): {EOS_ID: 0.8, C: 0.2}, (C,): {EOS_ID: 0.7, A: 0.3}}
-    (plain,) = run_beam(FakeModel(table, {EOS_ID: 1.0}), SRC, beam_size=2, alpha=0.0)
+    (plain,) = run_beam(FakeModel(table, {EOS_ID: 1.0}), SRC, beam_size=2, length_penalty=0.0)
     assert plain[0].tokens == [A, EOS_ID]
-    (hyps,) = run_beam(FakeModel(table, {EOS_ID: 1.0}), SRC, beam_size=2, alpha=0.0, constraints=[[[C]]])
+    (hyps,) = run_beam(FakeModel(table, {EOS_ID: 1.0}), SRC, beam_size=2, length_penalty=0.0, constraints=[[[C]]])
     assert hyps[0].tokens == [A, C, EOS_ID]
     assert hyps[0].log_prob == pytest.approx(math.log(0.12), abs=1e-5)
     assert hyps[0].token_log_probs == pytest.approx([math.log(0.6), math.log(0.2), 0.0], abs=1e-5)
@@ -69,7 +70,7 @@ def test_eos_waits_for_a_two_token_phrase():
     # The model would stop after A (EOS 0.9); the phrase [B, C] must come first, in order.
     table = {(): {A: 0.9, B_: 0.1}, (A,): {EOS_ID: 0.9, B_: 0.05, C: 0.05}, (A, B_): {EOS_ID: 0.6, C: 0.4},
              (A, B_, C): {EOS_ID: 1.0}}
-    (hyps,) = run_beam(FakeModel(table, {EOS_ID: 1.0}), SRC, beam_size=3, alpha=0.0, nbest=2,
+    (hyps,) = run_beam(FakeModel(table, {EOS_ID: 1.0}), SRC, beam_size=3, length_penalty=0.0, nbest=2,
                        constraints=[[[B_, C]]])
     assert hyps[0].tokens == [A, B_, C, EOS_ID]
     assert hyps[0].log_prob == pytest.approx(math.log(0.9 * 0.05 * 0.4), abs=1e-5)
@@ -81,10 +82,10 @@ def test_constraints_longer_than_the_limit_are_dropped_with_a_warning(caplog):
     table = {(): {A: 0.6, EOS_ID: 0.4}}
     model = FakeModel(table, {EOS_ID: 1.0})
     with caplog.at_level(logging.WARNING, logger="attnmt.search.constraints"):
-        (hyps,) = run_beam(model, SRC, beam_size=2, alpha=0.0, max_len_a=0.0, max_len_b=3,
+        (hyps,) = run_beam(model, SRC, beam_size=2, length_penalty=0.0, max_len_a=0.0, max_len_b=3,
                            constraints=[[[B_, C], [B_, B_]]])
     assert "sentence 1" in caplog.text and "output limit is 3" in caplog.text
-    (plain,) = run_beam(FakeModel(table, {EOS_ID: 1.0}), SRC, beam_size=2, alpha=0.0, max_len_a=0.0, max_len_b=3)
+    (plain,) = run_beam(FakeModel(table, {EOS_ID: 1.0}), SRC, beam_size=2, length_penalty=0.0, max_len_a=0.0, max_len_b=3)
     assert [h.tokens for h in hyps] == [h.tokens for h in plain]
 
 
@@ -107,12 +108,12 @@ def test_random_model_meets_every_constraint_and_leaves_the_others_alone(beam_si
     model = tiny_model(seed=7, vocab=40)
     src = _sources(seed=beam_size, rows=4)
     rng = random.Random(beam_size)
-    plain = beam_search(model, src, beam_size=beam_size, max_len_a=1.0, max_len_b=6, nbest=1)
+    plain = beam_search(model, src, SearchOptions(beam_size=beam_size, max_len_a=1.0, max_len_b=6, nbest=1))
     for trial in range(3):
         constraints = [[[rng.randint(4, 39) for _ in range(rng.randint(1, 3))] for _ in range(rng.randint(1, 2))],
                        [], [[rng.randint(4, 39)]], []]
-        out = beam_search(model, src, beam_size=beam_size, max_len_a=1.0, max_len_b=6, nbest=1,
-                          constraints=constraints)
+        out = beam_search(model, src, SearchOptions(beam_size=beam_size, max_len_a=1.0, max_len_b=6, nbest=1,
+                                                    constraints=constraints))
         for phrases, (h,) in zip(constraints, out):
             for p in phrases:
                 assert any(h.tokens[k:k + len(p)] == p for k in range(len(h.tokens))), (trial, p, h.tokens)
@@ -126,14 +127,14 @@ def test_random_model_meets_every_constraint_and_leaves_the_others_alone(beam_si
 def test_empty_constraints_equal_plain_beam_search_exactly():
     model = tiny_model(seed=8, vocab=40)
     src = _sources(seed=2, rows=3)
-    plain = beam_search(model, src, beam_size=4, nbest=3)
-    same = beam_search(model, src, beam_size=4, nbest=3, constraints=[[], [], []])
+    plain = beam_search(model, src, SearchOptions(beam_size=4, nbest=3))
+    same = beam_search(model, src, SearchOptions(beam_size=4, nbest=3, constraints=[[], [], []]))
     assert [[(h.tokens, h.token_log_probs, h.score) for h in hs] for hs in plain] == \
         [[(h.tokens, h.token_log_probs, h.score) for h in hs] for hs in same]
 
 
 def test_constraints_and_streaming_follow_their_sentences_through_length_batches():
-    from attnmt.search.batched import translate_ids
+    from attnmt.search.batched import native_search
     from attnmt.search.options import SearchOptions
 
     model = tiny_model(seed=9, vocab=40)
@@ -149,8 +150,8 @@ def test_constraints_and_streaming_follow_their_sentences_through_length_batches
         options = SearchOptions(beam_size=beam_size, max_len_a=1.0, max_len_b=6, constraints=constraints,
                                 on_step=on_step)
         assert options.requested() >= {"constraints", "streaming"}
-        out = translate_ids(model, sources, options, batch_size=2)  # batches of the longest first
-        plain = translate_ids(model, sources, SearchOptions(beam_size=beam_size, max_len_a=1.0, max_len_b=6),
+        out = native_search(model, sources, options, batch_size=2)  # batches of the longest first
+        plain = native_search(model, sources, SearchOptions(beam_size=beam_size, max_len_a=1.0, max_len_b=6),
                               batch_size=2)
         for i, ((h,), phrases) in enumerate(zip(out, constraints)):
             assert all(any(h.tokens[k:k + len(p)] == p for k in range(len(h.tokens))) for p in phrases), i

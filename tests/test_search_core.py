@@ -12,10 +12,10 @@ import torch
 
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from attnmt.search.batched import search_in_batches
-from attnmt.search.beam import beam_search, length_penalty
+from attnmt.search.beam import beam_search
 from attnmt.search.greedy import greedy_search
 from attnmt.search.hypothesis import Hypothesis
-from attnmt.search.options import SearchOptions
+from attnmt.search.options import SearchOptions, length_penalty
 from tests.conftest import tiny_model
 
 A, B_, C = 4, 5, 6  # token ids of the fake vocabulary (size 8)
@@ -60,7 +60,7 @@ def run_beam(model: FakeModel, src, **kwargs):
     cache = FakeCache(src.size(0) * kwargs.get("beam_size", 5))
     model._cache = cache
     model.init_cache = lambda: cache
-    return beam_search(model, src, **kwargs)
+    return beam_search(model, src, SearchOptions(**kwargs))
 
 
 SRC = torch.tensor([[7, 7, EOS_ID]])
@@ -75,7 +75,7 @@ def test_length_penalty_values():
 def test_early_finisher_is_not_final_while_an_open_hypothesis_can_win():
     # [EOS] finishes first (p 0.4) but [A, EOS] (0.6 * 0.9 = 0.54) is better.
     model = FakeModel({(): {A: 0.6, EOS_ID: 0.4}, (A,): {EOS_ID: 0.9, B_: 0.1}}, default={EOS_ID: 1.0})
-    (hyps,) = run_beam(model, SRC, beam_size=2, alpha=0.0, nbest=2)
+    (hyps,) = run_beam(model, SRC, beam_size=2, length_penalty=0.0, nbest=2)
     assert [h.tokens for h in hyps] == [[A, EOS_ID], [EOS_ID]]
     assert hyps[0].log_prob == pytest.approx(math.log(0.54), abs=1e-5)
     assert hyps[0].token_log_probs == pytest.approx([math.log(0.6), math.log(0.9)], abs=1e-5)
@@ -84,16 +84,16 @@ def test_early_finisher_is_not_final_while_an_open_hypothesis_can_win():
 
 def test_length_penalty_changes_the_winner():
     table = {(): {A: 0.5, EOS_ID: 0.45, B_: 0.05}, (A,): {EOS_ID: 0.8, C: 0.2}}
-    (short,) = run_beam(FakeModel(table, {EOS_ID: 1.0}), SRC, beam_size=2, alpha=0.0)
+    (short,) = run_beam(FakeModel(table, {EOS_ID: 1.0}), SRC, beam_size=2, length_penalty=0.0)
     assert short[0].tokens == [EOS_ID]  # log 0.45 > log 0.4
-    (longer,) = run_beam(FakeModel(table, {EOS_ID: 1.0}), SRC, beam_size=2, alpha=1.0, length_penalty_k=5.0)
+    (longer,) = run_beam(FakeModel(table, {EOS_ID: 1.0}), SRC, beam_size=2, length_penalty=1.0, length_penalty_k=5.0)
     assert longer[0].tokens == [A, EOS_ID]  # log(0.4) / (7/6) > log(0.45) / 1
     assert longer[0].score == pytest.approx(math.log(0.4) / (7 / 6), abs=1e-5)
 
 
 def test_max_length_forces_eos():
     model = FakeModel({}, default={A: 0.9, B_: 0.1})  # EOS never proposed (log-prob -30)
-    (hyps,) = run_beam(model, SRC, beam_size=2, alpha=0.0, max_len_a=0.0, max_len_b=3)
+    (hyps,) = run_beam(model, SRC, beam_size=2, length_penalty=0.0, max_len_a=0.0, max_len_b=3)
     assert hyps[0].tokens == [A, A, EOS_ID]
     assert hyps[0].token_log_probs[:2] == pytest.approx([math.log(0.9)] * 2, abs=1e-5)
 
@@ -119,13 +119,14 @@ def test_beam_size_one_equals_greedy_and_batching_is_invisible(device):
     model = tiny_model(seed=3, vocab=40, device=device)
     src = _random_sources(seed=1, rows=4, length=9, short_row=1, short_length=5).to(device)
     greedy = greedy_search(model, src, max_len_a=1.0, max_len_b=5)
-    beam = beam_search(model, src, beam_size=1, alpha=0.0, max_len_a=1.0, max_len_b=5)
+    beam = beam_search(model, src, SearchOptions(beam_size=1, length_penalty=0.0, max_len_a=1.0, max_len_b=5))
     assert [g.tokens for g in greedy] == [b[0].tokens for b in beam]
     for g, b in zip(greedy, beam):
         assert g.log_prob == pytest.approx(b[0].log_prob, abs=1e-4)
-    batched = beam_search(model, src, beam_size=4, max_len_a=1.0, max_len_b=5, nbest=2)
+    batched = beam_search(model, src, SearchOptions(beam_size=4, max_len_a=1.0, max_len_b=5, nbest=2))
     for i in range(4):
-        alone = beam_search(model, src[i: i + 1], beam_size=4, max_len_a=1.0, max_len_b=5, nbest=2)[0]
+        alone = beam_search(model, src[i: i + 1], SearchOptions(beam_size=4, max_len_a=1.0, max_len_b=5,
+                                                                nbest=2))[0]
         assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
         assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-4)
 
@@ -143,7 +144,7 @@ def test_the_first_step_decodes_one_row_per_sentence_then_k():
         return step(tokens, memory, src_mask, cache)
 
     model.decode_step = counting_step
-    result = beam_search(model, src, beam_size=3, max_len_a=1.0, max_len_b=5, nbest=3)
+    result = beam_search(model, src, SearchOptions(beam_size=3, max_len_a=1.0, max_len_b=5, nbest=3))
     assert rows[0] == 4 and rows[1] == 4 * 3
     assert all(r % 3 == 0 for r in rows[1:])
     for hyps in result:  # three distinct hypotheses: the K beams did not start as copies of one
@@ -153,7 +154,7 @@ def test_the_first_step_decodes_one_row_per_sentence_then_k():
 def test_hypothesis_scores_are_consistent():
     model = tiny_model(seed=4, vocab=40)
     src = torch.tensor([[5, 6, 7, 8, EOS_ID]])
-    for h in beam_search(model, src, beam_size=4, alpha=0.6, nbest=3)[0]:
+    for h in beam_search(model, src, SearchOptions(beam_size=4, length_penalty=0.6, nbest=3))[0]:
         assert sum(h.token_log_probs) == pytest.approx(h.log_prob, abs=1e-4)
         assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens), 0.6, 5.0), abs=1e-4)
 
@@ -168,7 +169,8 @@ def test_fused_and_explicit_attention_give_the_same_search(beam_size, device):
     results = []
     for fused in (True, False):
         model.set_fused_attention(encoder=fused, decoder=fused)
-        results.append(beam_search(model, src, beam_size=beam_size, max_len_a=1.0, max_len_b=6, nbest=beam_size))
+        results.append(beam_search(model, src, SearchOptions(beam_size=beam_size, max_len_a=1.0, max_len_b=6,
+                                                             nbest=beam_size)))
     for fused_hyps, explicit_hyps in zip(*results):
         assert [h.tokens for h in fused_hyps] == [h.tokens for h in explicit_hyps]
         assert [h.log_prob for h in fused_hyps] == pytest.approx([h.log_prob for h in explicit_hyps], abs=1e-4)

@@ -10,8 +10,8 @@ import torch
 
 from attnmt.data.tokenizers import EOS_ID
 from attnmt.search.batched import search_batch
-from attnmt.search.beam import beam_search, length_penalty
-from attnmt.search.options import SearchOptions, finished_wanted
+from attnmt.search.beam import beam_search
+from attnmt.search.options import SearchOptions, finished_wanted, length_penalty
 from tests.conftest import tiny_model
 from tests.test_search_core import SRC, A, B_, C, FakeModel, run_beam
 
@@ -23,17 +23,17 @@ LATE_WINNER = {(): {A: 0.5, EOS_ID: 0.3, B_: 0.2}, (A,): {C: 0.9, EOS_ID: 0.1}, 
 
 
 def test_early_stopping_ends_at_k_finished_and_exact_waits_for_the_better_one():
-    (early,) = run_beam(FakeModel(LATE_WINNER, {EOS_ID: 1.0}), SRC, beam_size=2, alpha=0.0, nbest=2,
+    (early,) = run_beam(FakeModel(LATE_WINNER, {EOS_ID: 1.0}), SRC, beam_size=2, length_penalty=0.0, nbest=2,
                         early_stopping=True)
     assert [h.tokens for h in early] == [[EOS_ID], [B_, EOS_ID]]
     assert [h.log_prob for h in early] == pytest.approx([math.log(0.3), math.log(0.2)], abs=1e-5)
-    (exact,) = run_beam(FakeModel(LATE_WINNER, {EOS_ID: 1.0}), SRC, beam_size=2, alpha=0.0, nbest=2)
+    (exact,) = run_beam(FakeModel(LATE_WINNER, {EOS_ID: 1.0}), SRC, beam_size=2, length_penalty=0.0, nbest=2)
     assert [h.tokens for h in exact] == [[A, C, EOS_ID], [EOS_ID]]
 
 
 def test_patience_waits_for_more_finished_hypotheses():
     # round(2 x 1.5) = 3 finished hypotheses: the search goes on to step 3 and finds [A, C, EOS].
-    (hyps,) = run_beam(FakeModel(LATE_WINNER, {EOS_ID: 1.0}), SRC, beam_size=2, alpha=0.0, nbest=2,
+    (hyps,) = run_beam(FakeModel(LATE_WINNER, {EOS_ID: 1.0}), SRC, beam_size=2, length_penalty=0.0, nbest=2,
                        early_stopping=True, patience=1.5)
     assert [h.tokens for h in hyps] == [[A, C, EOS_ID], [EOS_ID]]
     assert hyps[0].log_prob == pytest.approx(math.log(0.45), abs=1e-5)
@@ -42,11 +42,11 @@ def test_patience_waits_for_more_finished_hypotheses():
 def test_at_the_limit_early_stopping_finishes_hypotheses_without_eos():
     """CTranslate2's last step: the K best extensions finish as they are; exact stopping gives EOS."""
     model = FakeModel({}, default={A: 0.9, B_: 0.1})  # EOS never proposed (log-prob -30)
-    (early,) = run_beam(model, SRC, beam_size=2, alpha=1.0, max_len_a=0.0, max_len_b=3, early_stopping=True)
+    (early,) = run_beam(model, SRC, beam_size=2, length_penalty=1.0, max_len_a=0.0, max_len_b=3, early_stopping=True)
     assert early[0].tokens == [A, A, A]
     assert early[0].token_log_probs == pytest.approx([math.log(0.9)] * 3, abs=1e-5)
     assert early[0].score == pytest.approx(3 * math.log(0.9) / length_penalty(3, 1.0, 5.0), abs=1e-5)
-    (exact,) = run_beam(FakeModel({}, default={A: 0.9, B_: 0.1}), SRC, beam_size=2, alpha=1.0, max_len_a=0.0,
+    (exact,) = run_beam(FakeModel({}, default={A: 0.9, B_: 0.1}), SRC, beam_size=2, length_penalty=1.0, max_len_a=0.0,
                         max_len_b=3)
     assert exact[0].tokens == [A, A, EOS_ID]
 
@@ -82,11 +82,11 @@ def _sources() -> torch.Tensor:
 def test_early_stopping_batching_is_invisible_and_nbest_is_ranked():
     model = tiny_model(seed=6, vocab=40)
     src = _sources()
-    batched = beam_search(model, src, beam_size=3, alpha=0.6, max_len_a=1.0, max_len_b=4, nbest=3,
-                          early_stopping=True, patience=1.5)
+    options = SearchOptions(beam_size=3, length_penalty=0.6, max_len_a=1.0, max_len_b=4, nbest=3, early_stopping=True,
+                            patience=1.5)
+    batched = beam_search(model, src, options)
     for i in range(src.size(0)):
-        alone = beam_search(model, src[i:i + 1], beam_size=3, alpha=0.6, max_len_a=1.0, max_len_b=4, nbest=3,
-                            early_stopping=True, patience=1.5)[0]
+        alone = beam_search(model, src[i:i + 1], options)[0]
         assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
         scores = [h.score for h in batched[i]]
         assert scores == sorted(scores, reverse=True)

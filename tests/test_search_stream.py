@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from attnmt.data.tokenizers import EOS_ID, PAD_ID
 from attnmt.search.beam import beam_search
 from attnmt.search.greedy import greedy_search
+from attnmt.search.options import SearchOptions
 from tests.conftest import tiny_model
 
 SRC = torch.tensor([[5, 9, 12, 7, 30, 8, EOS_ID], [6, 11, 4, EOS_ID, PAD_ID, PAD_ID, PAD_ID]])
@@ -31,8 +34,9 @@ def test_reported_prefixes_grow_and_end_as_the_result(beam_size):
         final = [[h] for h in greedy_search(model, SRC, max_len_a=1.0, max_len_b=8, on_step=on_step)]
         assert final == [[h] for h in greedy_search(model, SRC, max_len_a=1.0, max_len_b=8)]
     else:
-        final = beam_search(model, SRC, beam_size=beam_size, max_len_a=1.0, max_len_b=8, nbest=2, on_step=on_step)
-        assert final == beam_search(model, SRC, beam_size=beam_size, max_len_a=1.0, max_len_b=8, nbest=2)
+        options = SearchOptions(beam_size=beam_size, max_len_a=1.0, max_len_b=8, nbest=2)
+        final = beam_search(model, SRC, replace(options, on_step=on_step))
+        assert final == beam_search(model, SRC, options)
     for i, hyps in enumerate(final):
         reported = calls[i]
         for before, after in zip(reported, reported[1:]):
@@ -53,8 +57,9 @@ def test_stopping_a_sentence_leaves_the_others_alone(beam_size):
         assert len(out[0].tokens) == 2
         out, plain = [out], [plain]
     else:
-        out = beam_search(model, SRC, beam_size=beam_size, max_len_a=2.0, max_len_b=8, on_step=on_step)
-        plain = beam_search(model, SRC, beam_size=beam_size, max_len_a=2.0, max_len_b=8)
+        options = SearchOptions(beam_size=beam_size, max_len_a=2.0, max_len_b=8)
+        out = beam_search(model, SRC, replace(options, on_step=on_step))
+        plain = beam_search(model, SRC, options)
     # the other sentence: the same search (a smaller batch may round the last digit differently)
     other, alone = (out[0][1], plain[0][1]) if beam_size == 1 else (out[1][0], plain[1][0])
     assert other.tokens == alone.tokens and other.log_prob == pytest.approx(alone.log_prob, abs=1e-4)

@@ -13,6 +13,7 @@ Library: argparse (standard library), tqdm for progress bars.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import math
@@ -24,19 +25,25 @@ from pathlib import Path
 
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER, DEFAULT_ATTENTION_LAYER
 from attnmt.errors import AttnmtError, WriteError
+from attnmt.signals import Interrupted, StopSignals
 
 log = logging.getLogger("attnmt")
 
 
 
 def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
+    """argparse type: an integer from 1 to ``C_INT_MAX`` (the largest count the engines'
+    libraries take: thread counts, beam sizes, batch sizes)."""
+    from attnmt.search.options import C_INT_MAX
+
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} must be a positive integer")
+    if value > C_INT_MAX:
+        raise argparse.ArgumentTypeError(f"{text} is out of range: at most {C_INT_MAX}")
     return value
 
 
@@ -190,6 +197,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_distill(args: argparse.Namespace) -> int:
     from attnmt.config import load_config
     from attnmt.distill import distill, teacher_record
+    from attnmt.languages import bilingual_languages, target_language
 
     config = load_config(args.config, args.set + ([f"train.device={args.device}"] if args.device else []))
     check_output_dir(args.output, "--output")
@@ -198,14 +206,16 @@ def cmd_distill(args: argparse.Namespace) -> int:
         ("beam_size", args.beam_size), ("length_penalty", args.length_penalty), ("batch_size", args.batch_size))
         if v is not None})
     teacher.config.decode = decode
-    # a multilingual teacher translates into the student's target language (its data.pair's)
-    tgt_lang = config.languages()[1] if teacher.config.tokenizer.target_languages else None
+    tgt_lang = bilingual_languages(config)[1]  # the student's target: the teacher must translate into it
+    target_language(teacher.config, tgt_lang)  # before anything is written
 
     def translate(lines: list[str]) -> list[str]:
         return [_one_line(r.text) for r in teacher.translate(lines, tgt_lang=tgt_lang)]
 
-    record = teacher_record(args.model, args.engine, decode.model_dump(mode="json"))
-    result = distill(config, args.output, translate, record, mix_original=args.mix_original, data_dir=args.data_dir)
+    record = teacher_record(args.model, args.engine, decode.model_dump(mode="json"), tgt_lang)
+    with StopSignals(raising=True):  # finished chunks stay for a rerun; the one in progress is dropped
+        result = distill(config, args.output, translate, record, mix_original=args.mix_original,
+                         data_dir=args.data_dir)
     print(_json_line(result.__dict__))
     if result.interrupted_by:
         return 128 + signal.Signals[result.interrupted_by].value
@@ -230,7 +240,9 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         from attnmt.rundir import read_tokenizers
 
         tokenizers = read_tokenizers(source)
-    manifest = prepare(config, args.output, tokenizers, workers=args.workers, data_dir=args.data_dir, progress=True)
+    with StopSignals(raising=True):  # a signal ends it at once: prepare() writes into a staging directory
+        manifest = prepare(config, args.output, tokenizers, workers=args.workers, data_dir=args.data_dir,
+                           progress=True)
     size = sum(f.stat().st_size for f in Path(args.output).iterdir())
     train_info = manifest["train"]
     print(_json_line({"output": args.output, "lines": train_info["lines"], "pairs": train_info["pairs"],
@@ -250,7 +262,8 @@ def cmd_train_vectors(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.set)
     side = 0 if args.side == "src" else 1
-    lines = [pair[side] for c in training_corpora(config, args.data_dir) for pair in iter_pairs(c.src, c.tgt)]
+    lines = [pair[side] for c in training_corpora(config, args.data_dir)
+             for pair in itertools.islice(iter_pairs(c.src, c.tgt), c.max_pairs)]
     tc = config.tokenizer
     lang = config.languages()[0 if args.side == "src" else 1]
     if lang is None:
@@ -277,14 +290,13 @@ def _engine_translator(args: argparse.Namespace):
     """The translator of ``--engine``: native (PyTorch), ctranslate2 or onnxruntime; the latter two
     read an export directory (``attnmt export``) given as --model. ``--device`` (default: the
     model's decode.device) applies to every engine."""
+    from attnmt.interop.engines import check_load_options, open_translator
+
     engine = getattr(args, "engine", "native")
-    if engine != "ctranslate2" and getattr(args, "compute_type", "default") != "default":
-        raise AttnmtError(f"--compute-type applies to the ctranslate2 engine, not {engine}")
+    check_load_options(engine, {"weights": args.weights, "precision": args.precision, "attention": args.attention,
+                                "compute_type": getattr(args, "compute_type", "default")})
     if engine == "native":
         return _translator(args)
-    if args.weights or args.precision or args.attention:
-        raise AttnmtError(f"--weights, --precision and --attention apply to the native engine, not {engine}")
-    from attnmt.interop.engines import open_translator
 
     return open_translator(args.model, engine, args.device, threads=args.threads or 0, compute_type=args.compute_type,
                            inter_threads=getattr(args, "inter_threads", 1))
@@ -649,7 +661,7 @@ def _add_decode_options(p: argparse.ArgumentParser) -> None:
     _add_model_options(p)
     p.add_argument("--beam-size", type=positive_int, help="beam size K (1 = greedy); default from the model's config")
     p.add_argument("--batch-size", type=positive_int, help="sentences per batch; default from the model's config")
-    p.add_argument("--length-penalty", type=finite_float, help="alpha of the GNMT length penalty (default 0.6)")
+    p.add_argument("--length-penalty", type=finite_float, help="length penalty alpha; default from the model's config")
     p.add_argument("--tgt-lang", metavar="LANG", help="the language to translate into: required by a multilingual "
                    "model (one of its tokenizer.target_languages); a bilingual model's own target or nothing")
 
@@ -894,6 +906,10 @@ def main(argv: list[str] | None = None) -> int:
     tune_allocator()
     try:
         return args.func(args)
+    except Interrupted as e:  # a stop signal during staged work: nothing half-written is left
+        log.debug("the stop's traceback", exc_info=True)
+        print(f"attnmt: {_one_line(str(e))}", file=sys.stderr)
+        return e.exit_code
     except (AttnmtError, ValueError) as e:  # ValueError: option values the library refuses (nbest > beam)
         log.debug("the error's traceback", exc_info=True)
         print(f"attnmt: error: {_one_line(str(e))}", file=sys.stderr)

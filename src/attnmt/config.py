@@ -52,7 +52,8 @@ class CorpusEntry(_Section):
     """One training corpus of ``data.train``: two line-aligned files, its weight and, for a
     multilingual model, its languages."""
 
-    src: str = Field(description="source-side file (plain or gzip), line-aligned with tgt")
+    src: str = Field(description="source-side file (plain or gzip), line-aligned with tgt; ~ and $VARIABLES are "
+                     "expanded ($ATTNMT_DATA/multi30k/train.cs.gz)")
     tgt: str = Field(description="target-side file (plain or gzip)")
     weight: float = Field(1.0, gt=0, description="how many times an epoch samples each pair of this corpus: 1 "
                           "once, 2 twice, 0.5 a random half drawn anew every epoch (fractions sampled without "
@@ -62,6 +63,8 @@ class CorpusEntry(_Section):
     tgt_lang: str | None = Field(None, pattern=LANGUAGE, description="language code of the target side (default "
                                  "from data.pair); corpora with different ones make a multilingual model, whose "
                                  "sources start with a tag of the target language (attnmt.languages)")
+    max_pairs: int | None = Field(None, gt=0, strict=True, description="read only the first N pairs of the "
+                                  "files (None: all), e.g. to train a low-resource direction on a subset")
 
 
 class ValidEntry(_Section):
@@ -138,6 +141,13 @@ class DataConfig(_Section):
                              "data.train (a list of {src, tgt, weight}) or data.prepared")
         if self.train is not None and not self.train:
             raise ValueError("data.train lists no corpus")
+        if self.train is not None and self.pair is None and any(e.src_lang or e.tgt_lang for e in self.train):
+            for i, entry in enumerate(self.train):  # languages given per entry: every entry gives both
+                for side in ("src_lang", "tgt_lang"):
+                    if getattr(entry, side) is None:
+                        raise KeyRuleError("data.train", f"data.train[{i}].{side} is missing: where data.train "
+                                           f"entries name their languages, each needs src_lang and tgt_lang "
+                                           f"(or give data.pair for the default)")
         if self.dataset is not None and (self.pair is None) == (self.pairs is None):
             raise ValueError("data.dataset needs data.pair, e.g. 'de-en', or data.pairs (a list), not both")
         if self.pairs is not None and self.dataset is None:
@@ -510,12 +520,14 @@ def _format_validation_error(err: ValidationError, origin: str, lines: dict[str,
         if isinstance(cause, KeyRuleError):
             key, msg = cause.key, str(cause)
             parts.append(msg)
-        else:
-            key = ".".join(str(x) for x in e["loc"] if not (isinstance(x, str) and x.startswith("function-")))
+        else:  # a list entry's index as data.train[2].max_pairs
+            key = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in e["loc"]
+                          if not (isinstance(x, str) and x.startswith("function-"))).lstrip(".")
             msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
             parts.append(f"{key}: {msg}" if key else msg)
-        if where is None and lines and key in lines:
-            where = lines[key]
+        found = re.sub(r"\[\d+\].*", "", key)  # key_lines knows mapping keys: data.train for data.train[2].src
+        if where is None and lines and (key in lines or found in lines):
+            where = lines.get(key, lines.get(found))
     return f"{origin}{f':{where}' if where else ''}: invalid configuration: " + "; ".join(parts)
 
 

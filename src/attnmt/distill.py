@@ -38,6 +38,7 @@ from attnmt.config import Config, config_from_dict
 from attnmt.data.corpus import sha256_file
 from attnmt.data.prepare import iter_lines, training_corpora, validation_sets
 from attnmt.errors import ConfigError
+from attnmt.signals import stop_point
 from attnmt.train.checkpoint import LAST_STATE
 from attnmt.train.trainer import TrainResult, train
 
@@ -54,6 +55,14 @@ def _chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
+def _flat(record: dict, prefix: str = "") -> dict:
+    """``record`` with nested dicts flattened into dotted keys ('decode.beam_size')."""
+    out = {}
+    for key, value in record.items():
+        out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return out
+
+
 def _check_manifest(path: Path, record: dict) -> None:
     """Write ``record`` as the distillation's manifest, or check it against the one an earlier run wrote.
 
@@ -61,18 +70,18 @@ def _check_manifest(path: Path, record: dict) -> None:
         ConfigError: an earlier run distilled with another teacher, settings or source (names the field).
     """
     if path.is_file():
-        before = json.loads(path.read_text(encoding="utf-8"))
-        changed = [key for key in sorted(record.keys() | before.keys()) if before.get(key) != record.get(key)]
+        before, now = _flat(json.loads(path.read_text(encoding="utf-8"))), _flat(record)
+        changed = [key for key in sorted(now.keys() | before.keys()) if before.get(key) != now.get(key)]
         if changed:
             key = changed[0]
             raise ConfigError(f"{path}: this run directory was distilled with {key} {before.get(key)!r}, not "
-                              f"{record.get(key)!r}; use a new --output, or the same teacher and settings to resume")
+                              f"{now.get(key)!r}; use a new --output, or the same teacher and settings to resume")
         return
     rundir.atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(record, indent=1), encoding="utf-8"))
 
 
 def distill_corpus(source: Path, translate: Callable[[list[str]], list[str]], out_dir: Path, record: dict,
-                   progress: bool = True, chunk_lines: int = CHUNK_LINES) -> Path:
+                   progress: bool = True, chunk_lines: int = CHUNK_LINES, max_lines: int | None = None) -> Path:
     """Translate every line of ``source`` with ``translate`` into ``out_dir/train.tgt``, resumably
     (module docstring).
 
@@ -84,6 +93,7 @@ def distill_corpus(source: Path, translate: Callable[[list[str]], list[str]], ou
         record: what the translations depend on (teacher, settings); with the source's SHA-256 it
             is the manifest a rerun must match.
         chunk_lines: lines per chunk (the resumable unit, translated in one call).
+        max_lines: translate only the first N lines (a corpus' ``max_pairs``); None: all.
     Returns:
         ``out_dir/train.tgt``.
     Raises:
@@ -94,7 +104,7 @@ def distill_corpus(source: Path, translate: Callable[[list[str]], list[str]], ou
     out_dir.mkdir(parents=True, exist_ok=True)
     distilled = out_dir / DISTILLED
     _check_manifest(out_dir / MANIFEST, {**record, "source": str(source), "source_sha256": sha256_file(source),
-                                         "chunk_lines": chunk_lines})
+                                         "source_lines": max_lines, "chunk_lines": chunk_lines})
     if distilled.is_file():
         log.info("%s: already distilled", distilled)
         return distilled
@@ -103,7 +113,8 @@ def distill_corpus(source: Path, translate: Callable[[list[str]], list[str]], ou
     done = {p.name for p in parts.glob("*.tgt")}
     names, fresh, total = [], 0, 0
     with tqdm(unit=" lines", desc="distilling", disable=None if progress else True) as bar:
-        for index, chunk in enumerate(_chunks(iter_lines(source), chunk_lines)):
+        for index, chunk in enumerate(_chunks(islice(iter_lines(source), max_lines), chunk_lines)):
+            stop_point()  # a stop signal (attnmt.signals): the finished chunks stay for a rerun
             name = f"{index:08d}.tgt"
             names.append(name)
             if name not in done:
@@ -128,10 +139,12 @@ def distill_corpus(source: Path, translate: Callable[[list[str]], list[str]], ou
 
 
 def student_config(config: Config, source: Path, distilled: Path, original: Path | None, mix_original: float,
-                   data_dir: str | None = None) -> Config:
+                   data_dir: str | None = None, max_pairs: int | None = None,
+                   languages: tuple[str | None, str | None] = (None, None)) -> Config:
     """The student configuration training on the distilled corpus: ``config`` with its data section
     naming ``source`` and ``distilled`` (and, with ``mix_original`` > 0, the original targets with
-    that weight) and its validation files, the rest unchanged.
+    that weight) and its validation files, the rest unchanged; ``max_pairs`` and ``languages``
+    (source, target) are those of the corpus distilled.
 
     Raises:
         ConfigError: the result does not validate (e.g. a weight out of range).
@@ -141,9 +154,11 @@ def student_config(config: Config, source: Path, distilled: Path, original: Path
     valid = validation_sets(config, data_dir)
     for key in ("dataset", "data_dir", "train_src", "train_tgt", "train", "valid_src", "valid_tgt"):
         data[key] = None
-    if mix_original > 0:
-        data["train"] = [{"src": str(source), "tgt": str(distilled), "weight": 1.0},
-                         {"src": str(source), "tgt": str(original), "weight": mix_original}]
+    if mix_original > 0 or max_pairs is not None or (data["pair"] is None and None not in languages):
+        # data.train entries: the first max_pairs lines of source (those translated), the corpus' languages
+        data["train"] = [{"src": str(source), "tgt": str(tgt), "weight": weight, "max_pairs": max_pairs,
+                          "src_lang": languages[0], "tgt_lang": languages[1]}
+                         for tgt, weight in ((distilled, 1.0), (original, mix_original)) if weight > 0]
     else:
         data["train_src"], data["train_tgt"] = str(source), str(distilled)
     if valid:
@@ -172,19 +187,22 @@ def distill(config: Config, run_dir: str | Path, translate: Callable[[list[str]]
         raise ConfigError(f"distill: the student configuration names {len(corpora)} training corpora in "
                           "data.train; give one (data.train_src/train_tgt or a dataset)")
     run_dir = Path(run_dir)
-    distilled = distill_corpus(corpora[0].src, translate, run_dir / DISTILL_DIR, record, progress)
-    student = student_config(config, corpora[0].src, distilled, corpora[0].tgt, mix_original, data_dir)
+    distilled = distill_corpus(corpora[0].src, translate, run_dir / DISTILL_DIR, record, progress,
+                               max_lines=corpora[0].max_pairs)
+    student = student_config(config, corpora[0].src, distilled, corpora[0].tgt, mix_original, data_dir,
+                             corpora[0].max_pairs, (corpora[0].src_lang, corpora[0].tgt_lang))
     resume = (run_dir / LAST_STATE).exists()
     if resume:
         log.info("resuming the student's training in %s", run_dir)
     return train(student, run_dir, resume=resume, data_dir=data_dir, progress=progress)
 
 
-def teacher_record(teacher_dir: str | Path, engine: str, decode: dict) -> dict:
-    """What a distilled corpus depends on: the teacher directory, its weights' SHA-256, the engine
-    and the decoding settings (``decode``: a ``DecodeConfig`` dump)."""
+def teacher_record(teacher_dir: str | Path, engine: str, decode: dict, tgt_lang: str | None = None) -> dict:
+    """What a distilled corpus depends on: the teacher directory, its weights' SHA-256, the engine,
+    the decoding settings (``decode``: a ``DecodeConfig`` dump) and the target language asked of the
+    teacher (the student's; None where its configuration names none)."""
     teacher_dir = Path(teacher_dir)
     weights = next((teacher_dir / name for name in (rundir.WEIGHTS, "model.bin", "encoder.onnx")
                     if (teacher_dir / name).is_file()), None)
     return {"teacher": str(teacher_dir.resolve()), "teacher_sha256": sha256_file(weights) if weights else None,
-            "engine": engine, "decode": decode}
+            "engine": engine, "decode": decode, "tgt_lang": tgt_lang}

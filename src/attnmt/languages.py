@@ -6,9 +6,10 @@ language to translate into: ``<2fr> A man rides a bike.`` asks for French. The s
 then serves every direction it was trained on, and can be asked for directions it never saw
 (zero-shot, e.g. de->fr when it learned de->en and en->fr).
 
-* The tags are reserved SentencePiece symbols (``user_defined_symbols``): one piece each,
-  never split, and no other text encodes to them (SentencePiece matches the whole symbol).
-  They exist only for the model's target languages, ``tokenizer.target_languages``.
+* The tags are reserved SentencePiece symbols (``user_defined_symbols``): one piece each, put
+  in front of the source as ids, never matched in text: a user's "<2fr>" is encoded as
+  ordinary characters (``attnmt.data.tokenizers``). They exist only for the model's target
+  languages, ``tokenizer.target_languages``.
 * A model has tags exactly when ``tokenizer.target_languages`` lists languages. A training
   configuration whose corpora reach more than one target language gets that list filled in
   (:func:`resolve`); a bilingual model has none, so its tokenizer, data and translations are
@@ -31,9 +32,13 @@ bookkeeping over attnmt's own configuration and vocabularies.
 
 from __future__ import annotations
 
+import logging
+import math
 from typing import TYPE_CHECKING
 
 from attnmt.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from attnmt.config import Config
@@ -65,15 +70,21 @@ def resolve(config: "Config") -> "Config":
     more than one target language (sorted); unchanged otherwise.
 
     Raises:
-        ConfigError: a multilingual configuration with a corpus whose target language is not
-            given, or (``target_languages`` set, e.g. inherited by fine-tuning) a corpus whose
+        ConfigError: a validation set in another target language than a bilingual model's; a
+            multilingual configuration with a corpus whose target language is not given, or
+            (``target_languages`` set, e.g. inherited by fine-tuning) a corpus whose
             target language is not among them.
     """
     directions = corpus_directions(config)
     targets = {t for _, t in directions}
     known = config.tokenizer.target_languages
-    if not known and len(targets - {None}) <= 1:
-        return config  # bilingual: no tags
+    if not known and len(targets - {None}) <= 1:  # bilingual (or many-to-one): no tags
+        target = next(iter(targets - {None}), None)
+        for i, entry in enumerate(config.data.valid or [] if config.data else []):
+            if target is not None and entry.tgt_lang != target:
+                raise ConfigError(f"data.valid[{i}].tgt_lang is {entry.tgt_lang!r} but the training data translates "
+                                  f"into {target} only: validate on {target} targets")
+        return config
     if None in targets:
         raise ConfigError("a multilingual configuration needs the tgt_lang of every data.train entry (or "
                           "data.pair): one has none")
@@ -88,6 +99,18 @@ def resolve(config: "Config") -> "Config":
     return config
 
 
+def bilingual_languages(config: "Config") -> tuple[list[str], str | None]:
+    """A bilingual model's source languages and its one target language, however the
+    configuration gives them: ``tokenizer.src_lang``/``tgt_lang``, ``data.pair``, or the
+    languages of its ``data.train`` entries (a many-to-one model reads several sources); [] and
+    None where the configuration does not say."""
+    src, tgt = config.languages()
+    directions = corpus_directions(config)
+    sources = [src] if src else sorted({s for s, _ in directions if s})
+    targets = {t for _, t in directions if t}
+    return sources, tgt or (targets.pop() if len(targets) == 1 else None)
+
+
 def served_languages(config: "Config") -> tuple[list[str], list[str]]:
     """(source languages, target languages) a model translates between: a multilingual model
     takes any of its training corpora's sources into any of its target languages (the
@@ -96,8 +119,8 @@ def served_languages(config: "Config") -> tuple[list[str], list[str]]:
     where unknown).
     """
     if not config.tokenizer.target_languages:
-        src, tgt = config.languages()
-        return [src] if src else [], [tgt] if tgt else []
+        sources, tgt = bilingual_languages(config)
+        return sources, [tgt] if tgt else []
     sources = {s for s, _ in corpus_directions(config) if s} | {config.languages()[0]} - {None}
     return sorted(sources or config.tokenizer.target_languages), list(config.tokenizer.target_languages)
 
@@ -117,9 +140,12 @@ def target_language(config: "Config", tgt_lang: str | None) -> str | None:
     """
     known = config.tokenizer.target_languages
     if not known:
-        own = config.languages()[1]
+        own = bilingual_languages(config)[1]
         if tgt_lang is not None and own is not None and tgt_lang != own:
             raise LanguageError(f"this model translates into {own} only, not {tgt_lang!r}")
+        if tgt_lang is not None and own is None:
+            log.warning("this model's configuration names no target language; it translates into the one it "
+                        "was trained on, whatever --tgt-lang (tgt_lang) says: %r is not checked", tgt_lang)
         return None
     if tgt_lang is None:
         raise LanguageError(f"this model translates into several languages: choose one with --tgt-lang (the "
@@ -161,7 +187,9 @@ def temperature_weights(sizes: list[int], weights: list[float], temperature: flo
     if temperature == 1.0:
         return list(weights)
     mass = [w * n for w, n in zip(weights, sizes)]
-    total = sum(mass)
-    shares = [(m / total) ** (1.0 / temperature) if m else 0.0 for m in mass]
+    total, largest = sum(mass), max(mass)
+    # shares relative to the largest corpus, in logarithms: (m / largest) ** (1 / T) stays in [0, 1] with
+    # the largest at 1, so a temperature near 0 gives the largest corpus the whole epoch, not 0 / 0
+    shares = [math.exp(math.log(m / largest) / temperature) if m else 0.0 for m in mass]
     norm = sum(shares)
     return [total * s / norm / n if n else w for s, n, w in zip(shares, sizes, weights)]

@@ -124,6 +124,19 @@ def whole_lines(blocks: Iterable[bytes]) -> Iterator[tuple[bytes, np.ndarray]]:
         yield carry, np.array([len(carry)], np.int64)
 
 
+def head_lines(blocks: Iterable[tuple[bytes, np.ndarray]], lines: int | None) -> Iterator[tuple[bytes, np.ndarray]]:
+    """The first ``lines`` lines of :func:`whole_lines`' blocks (None: all of them)."""
+    if lines is None:
+        yield from blocks
+        return
+    for data, ends in blocks:
+        if len(ends) >= lines:
+            yield data[: int(ends[lines - 1])], ends[:lines]
+            return
+        lines -= len(ends)
+        yield data, ends
+
+
 def line_chunks(blocks: Iterable[bytes], lines: int) -> Iterator[tuple[bytes, int]]:
     """The text cut into chunks of ``lines`` whole lines (the last may have fewer), as
     (bytes, number of lines)."""

@@ -338,6 +338,12 @@ def _extra(corpus: dict) -> int:
     return round((corpus["weight"] - int(corpus["weight"])) * corpus["pairs"])
 
 
+def sample_pairs(corpus: dict) -> int:
+    """How many pairs :func:`weighted_sample` takes of ``corpus`` (``pairs``, ``weight``) in
+    every epoch: ``floor(w) x pairs + round(frac(w) x pairs)``, the same for all epochs."""
+    return int(corpus["weight"]) * corpus["pairs"] + _extra(corpus)
+
+
 def epoch_plan(buckets: Buckets, corpora: list[dict] | None, batch_tokens: int | None,
                batch_sentences: int | None, seed: int | None, epoch: int) -> Plan:
     """The batches of ``epoch`` (module docstring): the epoch's weighted sample of the corpora
@@ -382,4 +388,4 @@ def _gather(keys: np.ndarray, items: np.ndarray) -> np.ndarray:
 
 def _log_mix(corpora: list[dict], epoch: int) -> None:
     log.info("epoch %d mix: %s", epoch + 1, ", ".join(
-        f"{c['name']} {int(c['weight']) * c['pairs'] + _extra(c)} pairs (weight {c['weight']:g})" for c in corpora))
+        f"{c['name']} {sample_pairs(c)} pairs (weight {c['weight']:g})" for c in corpora))

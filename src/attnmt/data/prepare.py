@@ -56,6 +56,8 @@ import itertools
 import json
 import logging
 import multiprocessing
+import os
+import re
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -68,11 +70,12 @@ from tqdm import tqdm
 from attnmt import languages
 from attnmt.config import Config
 from attnmt.data import shards
-from attnmt.data.blocks import HashedReader, TextChunk, pair_chunks, whole_lines
+from attnmt.data.blocks import HashedReader, TextChunk, head_lines, pair_chunks, whole_lines
 from attnmt.data.corpus import MAX_LINE_CHARS, dataset_pair_files, decode_lines
 from attnmt.data.tokenizers import Tokenizer, VocabTokenizer, WordTokenizer
 from attnmt.data.vectors import vec_words
 from attnmt.errors import ConfigError, DataError, WriteError
+from attnmt.signals import stop_point
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +190,7 @@ class Corpus:
     weight: float = 1.0
     src_lang: str | None = None
     tgt_lang: str | None = None
+    max_pairs: int | None = None  # read only the first N pairs (None: all)
 
 
 def training_corpora(config: Config, data_dir: str | None = None) -> list[Corpus]:
@@ -206,11 +210,26 @@ def training_corpora(config: Config, data_dir: str | None = None) -> list[Corpus
                                                                            data_dir or d.data_dir), 1.0,
                        src_lang, tgt_lang)]
     if d.train is not None:
-        return [Corpus(f"train[{i}]", Path(e.src), Path(e.tgt), e.weight, e.src_lang or src_lang,
-                       e.tgt_lang or tgt_lang) for i, e in enumerate(d.train)]
+        return [Corpus(f"train[{i}]", data_path(e.src), data_path(e.tgt), e.weight, e.src_lang or src_lang,
+                       e.tgt_lang or tgt_lang, e.max_pairs) for i, e in enumerate(d.train)]
     if d.train_src is not None:
-        return [Corpus("train", Path(d.train_src), Path(d.train_tgt), 1.0, src_lang, tgt_lang)]
+        return [Corpus("train", data_path(d.train_src), data_path(d.train_tgt), 1.0, src_lang, tgt_lang)]
     raise ConfigError(f"data.prepared is set ({d.prepared}): this configuration names no text files")
+
+
+def data_path(path: str) -> Path:
+    """A data file named in a configuration, with ``~`` and environment variables expanded
+    (``$ATTNMT_DATA/multi30k/train.cs.gz``).
+
+    Raises:
+        DataError: the path names an environment variable that is not set.
+    """
+    expanded = os.path.expanduser(os.path.expandvars(path))
+    unset = re.search(r"\$\{?(\w+)", expanded)
+    if unset:
+        raise DataError(f"{path}: the environment variable {unset.group(1)} is not set; set it (export "
+                        f"{unset.group(1)}=DIR) or write the path out")
+    return Path(expanded)
 
 
 def names_text(config: Config) -> bool:
@@ -232,18 +251,18 @@ def validation_sets(config: Config, data_dir: str | None = None) -> list[Corpus]
         return [Corpus(pair, *dataset_pair_files(d.dataset, pair, d.valid_split, data_dir or d.data_dir), 1.0,
                        *pair.split("-")) for pair in (d.pairs or [d.pair])]
     if d.valid is not None:
-        return [Corpus(f"{e.src_lang}-{e.tgt_lang}", Path(e.src), Path(e.tgt), 1.0, e.src_lang, e.tgt_lang)
-                for e in d.valid]
+        return [Corpus(f"{e.src_lang}-{e.tgt_lang}", data_path(e.src), data_path(e.tgt), 1.0, e.src_lang,
+                       e.tgt_lang) for e in d.valid]
     if d.valid_src is not None:
         name = f"{src_lang}-{tgt_lang}" if src_lang and tgt_lang else "valid"
-        return [Corpus(name, Path(d.valid_src), Path(d.valid_tgt), 1.0, src_lang, tgt_lang)]
+        return [Corpus(name, data_path(d.valid_src), data_path(d.valid_tgt), 1.0, src_lang, tgt_lang)]
     return []
 
 
-def valid_split(index: int, multilingual: bool) -> str:
-    """The shard split of validation set ``index``: 'valid' (a bilingual model's only set), else
-    'valid.N'."""
-    return f"valid.{index}" if multilingual else "valid"
+def valid_split(index: int, several: bool) -> str:
+    """The shard split of validation set ``index``: 'valid' (a model's only set), else 'valid.N'
+    (a multilingual model's sets, or several sets of one target language)."""
+    return f"valid.{index}" if several else "valid"
 
 
 def _check_readable(paths: list[Path]) -> None:
@@ -290,7 +309,8 @@ def _sample_side(corpora: list[Corpus], capacity: int, seed: int, side: int) -> 
     reservoir, counts = Reservoir(capacity, seed, side), []
     for corpus in corpora:
         seen = reservoir.seen
-        for data, ends in whole_lines(HashedReader((corpus.src, corpus.tgt)[side]).blocks()):
+        for data, ends in head_lines(whole_lines(HashedReader((corpus.src, corpus.tgt)[side]).blocks()),
+                                     corpus.max_pairs):
             reservoir.add(data, ends)
         counts.append(reservoir.seen - seen)
     if reservoir.seen > capacity:
@@ -309,11 +329,12 @@ def sample_by_language(corpora: list[Corpus], capacity: int, seed: int, workers:
     Raises:
         DataError: see :class:`~attnmt.data.blocks.HashedReader`; or no non-empty line.
     """
-    files: dict[str, list[Path]] = {}
+    files: dict[str, dict[Path, int | None]] = {}  # language -> its files, each with the lines to read
     for corpus in corpora:
         for lang, path in ((corpus.src_lang, corpus.src), (corpus.tgt_lang, corpus.tgt)):
-            if path not in files.setdefault(lang, []):
-                files[lang].append(path)
+            paths = files.setdefault(lang, {})
+            known = paths.get(path, 0)  # a file several corpora share is read once, as far as the farthest
+            paths[path] = None if None in (known, corpus.max_pairs) else max(known, corpus.max_pairs)
     share = max(1, capacity // len(files))
     samples = _in_parallel(_sample_language, [(lang, paths, share, seed, stream)
                                               for stream, (lang, paths) in enumerate(files.items())], workers)
@@ -323,10 +344,10 @@ def sample_by_language(corpora: list[Corpus], capacity: int, seed: int, workers:
     return lines
 
 
-def _sample_language(lang: str, paths: list[Path], capacity: int, seed: int, stream: int) -> list[str]:
+def _sample_language(lang: str, paths: dict[Path, int | None], capacity: int, seed: int, stream: int) -> list[str]:
     reservoir = Reservoir(capacity, seed, stream)
-    for path in paths:
-        for data, ends in whole_lines(HashedReader(path).blocks()):
+    for path, lines in paths.items():
+        for data, ends in head_lines(whole_lines(HashedReader(path).blocks()), lines):
             reservoir.add(data, ends)
     log.info("tokenizer sample: %d of %d %s lines", len(reservoir.slots), reservoir.seen, lang)
     return reservoir.lines()
@@ -611,9 +632,10 @@ def _write_training_split(staging: Path, corpora: list[Corpus], tokenizers, filt
     with bar:
         for corpus in corpora:
             stats, start, readers = SplitStats(), total.pairs, (HashedReader(corpus.src), HashedReader(corpus.tgt))
-            jobs = pair_chunks(*readers, CHUNK_PAIRS)
+            jobs = pair_chunks(*readers, CHUNK_PAIRS, corpus.max_pairs)
             settings = dataclasses.replace(filters, prefix=prefixes[corpus.name])
             for chunk, job in encode_stream(jobs, *tokenizers, settings, dtype, workers):
+                stop_point()  # a stop signal swallowed where Python ignores exceptions
                 duplicates = _drop_duplicates(chunk, seen) if filters.dedup else 0
                 writer.add(chunk.src, chunk.src_len, chunk.tgt, chunk.tgt_len)
                 stats.add(chunk, job.lines, duplicates)
@@ -622,9 +644,13 @@ def _write_training_split(staging: Path, corpora: list[Corpus], tokenizers, filt
                 bar.set_postfix_str(f"{total.lines:,} pairs, {total.lines / (time.monotonic() - t0):,.0f} pairs/s",
                                     refresh=False)
             done += sum(r.read_bytes for r in readers)
+            if corpus.max_pairs is not None and stats.lines < corpus.max_pairs:
+                log.warning("%s: max_pairs is %d but its files hold %d pairs: all of them are used", corpus.name,
+                            corpus.max_pairs, stats.lines)
+            records = [r.record() if corpus.max_pairs is None else file_record(r.path) for r in readers]  # whole
             entries.append({"name": corpus.name, "weight": corpus.weight, "start": start, "lines": stats.lines,
-                            "pairs": stats.pairs, "dropped": stats.dropped, "src": readers[0].record(),
-                            "tgt": readers[1].record(), **_languages(corpus, prefixes)})
+                            "pairs": stats.pairs, "dropped": stats.dropped, "src": records[0], "tgt": records[1],
+                            **_languages(corpus, prefixes), **_limit(corpus)})
             log.info("%s: %d of %d pairs kept; dropped %s", corpus.name, stats.pairs, stats.lines,
                      ", ".join(f"{n} {k}" for k, n in stats.dropped.items() if n) or "none")
     return writer.close(), entries, total
@@ -634,6 +660,7 @@ def _write_validation_split(staging: Path, split: str, files: Corpus, tokenizers
                             dtype: np.dtype, prefix: tuple[int, ...]) -> dict:
     writer, stats, refs = shards.ShardWriter(staging, split, dtype), SplitStats(), []
     for job in pair_chunks(HashedReader(files.src), HashedReader(files.tgt), CHUNK_PAIRS, limit):
+        stop_point()
         lines = decode_pairs(job)
         chunk = encode_chunk(*lines, *tokenizers, Filters(max_len, prefix=prefix), dtype)
         writer.add(chunk.src, chunk.src_len, chunk.tgt, chunk.tgt_len)
@@ -645,6 +672,11 @@ def _write_validation_split(staging: Path, split: str, files: Corpus, tokenizers
                     stats.dropped["too_long"], max_len)
     return {"shards": writer.close(), "lines": stats.lines, "pairs": stats.pairs, "dropped": stats.dropped,
             "src": file_record(files.src), "tgt": file_record(files.tgt)}
+
+
+def _limit(corpus: Corpus) -> dict:
+    """A corpus' ``max_pairs`` for its manifest entry ({} when it reads all its pairs)."""
+    return {} if corpus.max_pairs is None else {"max_pairs": corpus.max_pairs}
 
 
 def _languages(corpus: Corpus, prefixes: dict[str, tuple[int, ...]]) -> dict:
@@ -675,7 +707,8 @@ def fingerprint(manifest: dict) -> str:
     """SHA-256 of what determines the prepared pairs: the input files' contents, the filter
     settings, the tokenizer files and the token dtype (not the corpus weights, a sampling
     setting)."""
-    inputs = [(c["src"]["sha256"], c["tgt"]["sha256"]) for c in manifest["train"]["corpora"]]
+    inputs = [(c["src"]["sha256"], c["tgt"]["sha256"], *([c["max_pairs"]] if "max_pairs" in c else []))
+              for c in manifest["train"]["corpora"]]  # a corpus' first max_pairs pairs, where it reads those
     valid = manifest.get("valid")
     key = {"inputs": inputs, "valid": valid and (valid["src"]["sha256"], valid["tgt"]["sha256"]),
            "filters": manifest["filters"], "tokenizers": manifest["tokenizers"], "dtype": manifest["token_dtype"]}
@@ -733,11 +766,12 @@ def prepare(config: Config, output: str | Path, tokenizers: tuple | None = None,
                     "train": {"lines": total.lines, "pairs": total.pairs, "dropped": total.dropped,
                               "shards": shard_list, "corpora": entries},
                     "valid": None}
+        several = multilingual or len(valid_sets) > 1
         for i, valid in enumerate(valid_sets):
-            split = valid_split(i, multilingual)
+            split = valid_split(i, several)
             manifest[split] = _write_validation_split(staging, split, valid, tokenizers, d.max_len,
                                                       d.valid_max_sentences, dtype, prefixes[valid.name])
-            if multilingual:
+            if several:
                 manifest.setdefault("valid_sets", []).append(
                     {"name": valid.name, "split": split, "src_lang": valid.src_lang, "tgt_lang": valid.tgt_lang})
         manifest["fingerprint"] = fingerprint(manifest)
@@ -780,6 +814,8 @@ def changed_inputs(config: Config, manifest: dict, data_dir: str | None = None) 
     for corpus, entry in zip(corpora, prepared):
         if corpus.weight != entry["weight"]:
             return f"{corpus.name} weight {entry['weight']} -> {corpus.weight}"
+        if corpus.max_pairs != entry.get("max_pairs"):
+            return f"{corpus.name} max_pairs {entry.get('max_pairs')} -> {corpus.max_pairs}"
         if multilingual and (corpus.src_lang, corpus.tgt_lang) != (entry.get("src_lang"), entry.get("tgt_lang")):
             return f"{corpus.name} languages {entry.get('src_lang')}-{entry.get('tgt_lang')} -> " \
                    f"{corpus.src_lang}-{corpus.tgt_lang}"

@@ -17,7 +17,17 @@ An imported MarianMT model brings its own kind (:class:`VocabTokenizer`): separa
 target SentencePiece models whose pieces are looked up in one shared vocabulary (``vocab.json``),
 reordered on import so that the special ids above hold.
 
-Library: sentencepiece; spaCy and sacremoses for word-level tokenization (the ``word`` extra).
+User text never encodes to a reserved id. SentencePiece matches a model's
+``user_defined_symbols`` (a multilingual model's language tags, ``<2fr>``) wherever they occur
+in the text it encodes, so :meth:`Tokenizer.encode` runs a copy of the model in which they are
+control symbols (as ``<s>``, ``</s>`` and ``<pad>`` are in every model): ``"<2fr> Ein Hund."`` is the
+pieces of its characters, like any other text, on every path that tokenises text (translation,
+scoring, serving, distillation, and training data preparation, which puts the tags in front
+as ids, never as text). Word-level tokenizers map a word spelled like a special (``</s>``) to
+UNK_ID, and an imported model's vocabulary receives only pieces its SentencePiece model knows.
+
+Library: sentencepiece (and protobuf for its model schema); spaCy and sacremoses for word-level
+tokenization (the ``word`` extra).
 """
 
 from __future__ import annotations
@@ -38,6 +48,33 @@ SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]  # the word-level names of the spec
 KEEP_PUNCT = {".", ","}  # the non-alphabetic tokens that token_filter 'alpha_punct' keeps
 
 
+def reserved_as_control(model_proto: bytes) -> bytes:
+    """A serialized SentencePiece model whose user-defined symbols are control symbols: the same
+    pieces, ids and scores, but none is matched in encoded text any more (SentencePiece matches
+    user-defined symbols wherever they occur, never control symbols). Text without those
+    symbols encodes exactly as with ``model_proto``.
+
+    Library: protobuf, with SentencePiece's own schema (``sentencepiece_model_pb2``).
+
+    Raises:
+        google.protobuf.message.DecodeError: bytes that are not a SentencePiece model.
+    """
+    from sentencepiece import sentencepiece_model_pb2 as schema
+
+    model = schema.ModelProto()
+    model.ParseFromString(model_proto)
+    for piece in model.pieces:
+        if piece.type == schema.ModelProto.SentencePiece.USER_DEFINED:
+            piece.type = schema.ModelProto.SentencePiece.CONTROL
+    return model.SerializeToString()
+
+
+def _text_processor(model_proto: bytes) -> spm.SentencePieceProcessor:
+    """The processor that encodes user text (:func:`reserved_as_control` of ``model_proto``, a
+    model SentencePiece has loaded already)."""
+    return spm.SentencePieceProcessor(model_proto=reserved_as_control(model_proto))
+
+
 class Tokenizer:
     """A SentencePiece model: raw text <-> ids (specials excluded from the output)."""
 
@@ -55,6 +92,7 @@ class Tokenizer:
             PAD_ID, UNK_ID, BOS_ID, EOS_ID,
         ):
             raise CheckpointError(f"{name}: does not use attnmt's special ids (pad 0, unk 1, bos 2, eos 3)")
+        self._text_sp = _text_processor(model_proto)
 
     @property
     def model_proto(self) -> bytes:
@@ -82,8 +120,9 @@ class Tokenizer:
         """Train a SentencePiece model on raw sentences (empty ones skipped).
 
         ``user_symbols``: pieces reserved whole (SentencePiece's ``user_defined_symbols``): each
-        is one piece wherever it occurs in text, never split; a multilingual model's language
-        tags (``attnmt.languages``). None or empty: none, the model of a plain bilingual run.
+        is one piece of the vocabulary, put in front of sources as its id; a multilingual model's
+        language tags (``attnmt.languages``). Text that spells one is encoded as its characters
+        (:meth:`encode`). None or empty: none, the model of a plain bilingual run.
 
         If the text cannot support ``vocab_size`` pieces, SentencePiece's hard limit is lowered
         to what it allows (``hard_vocab_limit=False``).
@@ -132,11 +171,13 @@ class Tokenizer:
         return self._sp.get_piece_size()
 
     def encode(self, text: str) -> list[int]:
-        """Subword ids of raw text, without BOS/EOS."""
-        return self._sp.encode(text, out_type=int)
+        """Subword ids of raw text, without BOS/EOS. Reserved pieces (language tags, ``</s>``)
+        written in the text are ordinary characters here (module docstring)."""
+        return self._text_sp.encode(text, out_type=int)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return self._sp.encode(texts, out_type=int, num_threads=self.threads)
+        """:meth:`encode` of each text (SentencePiece's ``threads`` threads)."""
+        return self._text_sp.encode(texts, out_type=int, num_threads=self.threads)
 
     def decode(self, ids: list[int]) -> str:
         """Raw (detokenized) text of subword ids; special ids are dropped."""
@@ -187,6 +228,7 @@ class WordTokenizer:
         self.words, self.lang, self.lowercase, self.token_filter = list(words), lang, lowercase, token_filter
         self.itos = SPECIALS + self.words
         self.stoi = {w: i for i, w in enumerate(self.itos)}
+        self._word_ids = {w: i for w, i in self.stoi.items() if i >= len(SPECIALS)}  # text never spells a special
 
     def tokenize(self, texts: list[str]) -> list[list[str]]:
         """The (lowercased, filtered) word tokens of each text."""
@@ -236,11 +278,13 @@ class WordTokenizer:
         return len(self.itos)
 
     def encode(self, text: str) -> list[int]:
-        """Word ids of raw text (UNK_ID for unknown words), without BOS/EOS."""
+        """Word ids of raw text (UNK_ID for unknown words, and for a word spelled like a special
+        such as ``</s>``), without BOS/EOS."""
         return self.encode_batch([text])[0]
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [[self.stoi.get(t, UNK_ID) for t in tokens] for tokens in self.tokenize(texts)]
+        """:meth:`encode` of each text."""
+        return [[self._word_ids.get(t, UNK_ID) for t in tokens] for tokens in self.tokenize(texts)]
 
     def decode(self, ids: list[int]) -> str:
         """Detokenized text (sacremoses) of word ids; padding, BOS and EOS are dropped, UNK
@@ -265,14 +309,20 @@ class VocabTokenizer(Tokenizer):
         model_proto: the SentencePiece model (its own ids are not used).
         vocab: the piece of every id, ``vocab[PAD_ID] == '<pad>'``, ``vocab[UNK_ID]`` the unknown
             piece and ``vocab[EOS_ID] == '</s>'``; BOS_ID may be an ordinary piece (MarianMT has no
-            BOS). Pieces missing from the vocabulary encode to UNK_ID.
+            BOS). Pieces missing from the vocabulary encode to UNK_ID, and so does text that
+            SentencePiece leaves unknown but that spells a reserved entry of the vocabulary (its
+            padding, unknown and end pieces, and OPUS-MT's language tags ``>>fra<<``).
     """
 
     def __init__(self, model_proto: bytes, vocab: list[str]):
         self._proto = model_proto
         self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        self._text_sp = _text_processor(model_proto)
         self.vocab = list(vocab)
+        reserved = {self.vocab[i] for i in (PAD_ID, UNK_ID, EOS_ID) if i < len(self.vocab)}
+        reserved |= {p for p in self.vocab if p.startswith(">>") and p.endswith("<<") and len(p) > 4}
         self._ids = {piece: i for i, piece in enumerate(self.vocab)}
+        self._text_ids = {piece: i for piece, i in self._ids.items() if piece not in reserved}
 
     @classmethod
     def load_with_vocab(cls, path: str | Path, vocab: list[str]) -> "VocabTokenizer":
@@ -290,12 +340,14 @@ class VocabTokenizer(Tokenizer):
         return len(self.vocab)
 
     def encode(self, text: str) -> list[int]:
-        """Vocabulary ids of the pieces of raw text, without EOS."""
-        return [self._ids.get(p, UNK_ID) for p in self._sp.encode(text, out_type=str)]
+        """Vocabulary ids of the pieces of raw text, without EOS (never a reserved id: class
+        docstring)."""
+        return self.encode_batch([text])[0]
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [[self._ids.get(p, UNK_ID) for p in pieces]
-                for pieces in self._sp.encode(texts, out_type=str, num_threads=self.threads)]
+        """:meth:`encode` of each text (SentencePiece's ``threads`` threads)."""
+        return [[self._text_ids.get(p, UNK_ID) for p in pieces]
+                for pieces in self._text_sp.encode(texts, out_type=str, num_threads=self.threads)]
 
     def decode(self, ids: list[int]) -> str:
         """Raw text of vocabulary ids; PAD and EOS are dropped (BOS_ID is an ordinary piece here)."""

@@ -49,8 +49,8 @@ from attnmt.errors import AttnmtError
 from attnmt.search.hypothesis import Hypothesis
 from attnmt.search.options import CORE_OPTIONS, SearchOptions
 
-__all__ = ["CAPABILITIES", "CORE_OPTIONS", "Engine", "Hypothesis", "SearchOptions", "UnsupportedOption",
-           "check_supported", "has_capability", "require"]
+__all__ = ["CAPABILITIES", "CORE_OPTIONS", "Engine", "Hypothesis", "PositionError", "SearchOptions",
+           "UnsupportedOption", "check_positions", "check_supported", "has_capability", "require"]
 
 # What an engine may have besides ``translate``: capability -> the method that comes with it.
 CAPABILITIES = {
@@ -68,13 +68,41 @@ class UnsupportedOption(AttnmtError, ValueError):
     """A search option the chosen engine cannot honour (the message names both)."""
 
 
+class PositionError(AttnmtError, ValueError):
+    """A sequence longer than the model's positions (the message names the sentence, its
+    position and ``max_positions``, as the native model's own check does)."""
+
+
+def check_positions(sequences: list[list[int]], max_positions: int, what: str, first_line: int = 1) -> None:
+    """Refuse, before any engine's library sees them, sequences that need a position the
+    model lacks: a sequence of n ids occupies positions 0 .. n - 1 of the encoder (a source,
+    EOS included) or the decoder (a forced target: BOS and its ids but the last).
+
+    Args:
+        sequences: token ids, one list per sentence.
+        max_positions: the model's ``max_positions`` (config.yaml's ``model.max_positions``).
+        what: 'source' or 'target', for the message.
+        first_line: the 1-based number of ``sequences[0]`` in the user's input.
+    Raises:
+        PositionError: "target sentence N: position P exceeds max_positions M ..." for the
+            first sequence longer than ``max_positions``.
+    """
+    for n, ids in enumerate(sequences, first_line):
+        if len(ids) > max_positions:
+            raise PositionError(f"{what} sentence {n}: position {len(ids) - 1} exceeds max_positions {max_positions} "
+                                f"({len(ids)} subwords with EOS); shorten it to at most {max_positions - 1} subwords")
+
+
 @runtime_checkable
 class Engine(Protocol):
     """What a translator needs from an engine (module docstring).
 
     name: 'native', 'ctranslate2' or 'onnxruntime' (shown by ``/v1/models`` and in errors).
     supports: the :class:`SearchOptions` field names it honours (always :data:`CORE_OPTIONS`,
-        plus optional features such as 'return_attention' and 'constraints').
+        plus optional features such as 'exact_stopping', 'return_attention' and 'constraints':
+        ``SearchOptions.requested``).
+    load_options: the loading choices its class takes ('weights', 'precision', 'attention',
+        'compute_type'; ``attnmt.interop.engines.check_load_options``).
     capabilities: its extra methods, keys of :data:`CAPABILITIES` (e.g. 'score').
     device: where the search runs, e.g. 'cpu' or 'cuda:0'.
     precision: the arithmetic of the weights, e.g. 'fp32', 'bf16', 'int8', 'int8_float32'.
@@ -98,11 +126,14 @@ class Engine(Protocol):
 
 def check_supported(engine: Engine, options: SearchOptions) -> None:
     """Raise :class:`UnsupportedOption` for the first option of ``options.requested()`` that
-    ``engine.supports`` lacks (in sorted order, so the message is stable)."""
+    ``engine.supports`` lacks (in sorted order, so the message is stable); where it lacks
+    'exact_stopping' the line names ``--early-stopping true``."""
     missing = sorted(options.requested() - engine.supports)
     if missing:
         raise UnsupportedOption(f"the {engine.name} engine does not support {missing[0]}"
-                                + (f" (nor {', '.join(missing[1:])})" if len(missing) > 1 else ""))
+                                + (f" (nor {', '.join(missing[1:])})" if len(missing) > 1 else "")
+                                + ("; use --early-stopping true (request field early_stopping: true)"
+                                   if "exact_stopping" in missing else ""))
 
 
 def has_capability(engine: Engine, capability: str) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from attnmt.data.batching import pad_sequences
-from attnmt.decode.engine import CAPABILITIES, Hypothesis, SearchOptions
+from attnmt.decode.engine import CAPABILITIES, Hypothesis, SearchOptions, check_positions
 from attnmt.device import configure, resolve_device, to_device
 from attnmt.model.transformer import Transformer
 from attnmt.precision import PRECISIONS, effective_precision
@@ -37,7 +37,8 @@ class NativeEngine:
     """
 
     name = "native"
-    supports = CORE_OPTIONS | {"return_attention", "constraints", "streaming"}
+    supports = CORE_OPTIONS | {"exact_stopping", "return_attention", "constraints", "streaming"}
+    load_options = frozenset({"weights", "precision", "attention"})
     capabilities = frozenset(CAPABILITIES)
 
     def __init__(self, model: Transformer, device: str = "auto", precision: str = "fp32",
@@ -121,7 +122,12 @@ class NativeEngine:
     def translate(self, sources: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
         """Greedy or beam search (``attnmt.search.batched.search_batch``) of one batch; with
         ``return_attention`` the best hypothesis of each sentence gets its source attention
-        (``Engine`` contract in ``attnmt.decode.engine``)."""
+        (``Engine`` contract in ``attnmt.decode.engine``).
+
+        Raises:
+            PositionError: a source longer than the model's max_positions (before any work).
+        """
+        check_positions(sources, self.model.config.max_positions, "source")
         hyps = search_batch(self.model, sources, options, self._device)
         if options.return_attention:
             for src, hs in zip(sources, hyps):
@@ -156,7 +162,11 @@ class NativeEngine:
             sources: source ids ending with EOS; targets: output ids ending with EOS, pairwise.
         Returns:
             Per pair, one log-probability per target id.
+        Raises:
+            PositionError: a source or target longer than the model's max_positions (before any work).
         """
+        check_positions(sources, self.model.config.max_positions, "source")
+        check_positions(targets, self.model.config.max_positions, "target")
         start = self.model.config.decoder_start_id  # BOS
         src = to_device(pad_sequences(sources), self._device)  # (B, S)
         tgt_in = to_device(pad_sequences([[start] + t[:-1] for t in targets]), self._device)  # (B, T)

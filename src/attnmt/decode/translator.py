@@ -26,7 +26,7 @@ from attnmt.config import DEFAULT_ALIGNMENT_LAYER, Config
 from attnmt.data.tokenizers import EOS_ID, UNK_ID, Tokenizer
 from attnmt.decode.alignment import align_words, word_ids
 from attnmt.decode.confidence import mean_log_prob, word_confidence
-from attnmt.decode.engine import Engine, SearchOptions, check_supported, has_capability, require
+from attnmt.decode.engine import Engine, SearchOptions, check_positions, check_supported, has_capability, require
 from attnmt.search.batched import search_in_batches
 from attnmt.search.constraints import constraints_fit
 from attnmt.search.hypothesis import Hypothesis, output_length_limits
@@ -423,8 +423,10 @@ class Translator:
 
         Raises:
             UnsupportedOption: an option the engine lacks (before any work).
+            PositionError: a source longer than the model's max_positions (before any work).
         """
         check_supported(self.engine, options)
+        check_positions(src_ids, self.config.model.max_positions, "source")
         return self._search(src_ids, options, batch_size)
 
     def _search(self, src_ids: list[list[int]], options: SearchOptions, batch_size: int | None = None
@@ -464,6 +466,9 @@ class Translator:
             ValueError: different numbers of sources and targets.
             UnsupportedOption: an engine without the 'score' capability (ONNX Runtime).
             LanguageError: see :meth:`translate`.
+            PositionError: a target longer than the model's max_positions - 1 subwords, for
+                every engine alike and before any engine runs (sources are cut to fit, with a
+                warning, as in :meth:`translate`).
         """
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
@@ -471,6 +476,7 @@ class Translator:
         batch_size = batch_size or self.config.decode.batch_size
         src_ids = self.encode_sources(sources, tgt_lang)
         tgt_ids = [t + [EOS_ID] for t in self.tgt_tokenizer.encode_batch(targets)]
+        check_positions(tgt_ids, self.config.model.max_positions, "target")
         results: list[ScoredHypothesis] = []
         for start in range(0, len(sources), batch_size):
             idx = range(start, min(start + batch_size, len(sources)))

@@ -1,7 +1,7 @@
 """Translate with a CTranslate2 export (``attnmt export ctranslate2``, ``attnmt.interop.ctranslate2``).
 
 :class:`CTranslate2Engine` runs the exported model behind attnmt's engine interface
-(``attnmt.decode.engine``), with the native search's stopping rules, length limits, length
+(``attnmt.decode.engine``), with the native search's early-stopping rule, length limits, length
 penalties and token log-probabilities (its docstring says how each is obtained); ``attnmt
 translate --engine ctranslate2`` and ``attnmt serve --engine ctranslate2`` put it under the same
 ``Translator``.
@@ -19,11 +19,11 @@ from pathlib import Path
 
 from attnmt import rundir
 from attnmt.data.tokenizers import EOS_ID, Tokenizer
-from attnmt.decode.engine import CORE_OPTIONS, Hypothesis, SearchOptions
+from attnmt.decode.engine import CORE_OPTIONS, Hypothesis, SearchOptions, check_positions
 from attnmt.errors import CheckpointError, ConfigError
 from attnmt.interop.extras import require
 from attnmt.search.hypothesis import output_length_limits
-from attnmt.search.options import length_penalty
+from attnmt.search.options import check_count
 
 ctranslate2 = require("ctranslate2")
 
@@ -86,26 +86,11 @@ class CTranslate2Engine:
     ends with EOS, as natively; forced decoding scores only those (and every output when token
     log-probabilities are asked for).
 
-    Beam search with exact stopping is obtained as follows:
-
-    - Length limit: each sentence's own ``floor(a * source length + b)``; sentences are grouped
-      by limit and each group is one ``translate_batch`` call (CTranslate2 takes one
-      ``max_decoding_length`` per call).
-    - At its limit the native search gives every open hypothesis EOS. CTranslate2 stops a
-      hypothesis there with whatever token it chose, so it runs to ``limit - 1`` tokens and a
-      hypothesis cut there gets EOS appended (its probability scored as below); a truncated
-      hypothesis never shows a ``</s>`` it did not produce.
-    - Token log-probabilities: every returned hypothesis (EOS included) is scored by forced
-      decoding with ``score_batch``, so ``token_log_probs`` and ``log_prob`` are the model's,
-      without CTranslate2's renormalisation over non-forbidden tokens.
-    - Length penalty: CTranslate2's own is log P / |Y|^alpha.
-      ``average`` is alpha = 1 exactly (|Y| counts EOS: ``return_end_token``). GNMT with k is
-      done by rescoring: CTranslate2 searches with alpha as its penalty and returns all K
-      finished hypotheses, which are re-ranked by log P / ((k + |Y|) / (k + 1))^alpha. The
-      finished hypotheses of a beam search do not depend on the penalty (only the ranking and
-      the stopping do), so the result is the native one unless the native search, with its
-      exact stopping rule, finds a better hypothesis after CTranslate2 has K finished ones
-      (``patience`` finds more).
+    Beam search with exact stopping (``early_stopping`` false) is not CTranslate2's rule, so
+    the engine does not declare it (``supports`` lacks 'exact_stopping'): such a request is
+    refused before any work with one line naming ``--early-stopping true``
+    (``attnmt.decode.engine.check_supported``). Scores and the n-best choice are
+    ``SearchOptions.score`` and ``SearchOptions.best``, as in every engine.
 
     Args:
         export_dir: written by ``attnmt.interop.ctranslate2.export_ctranslate2``.
@@ -114,18 +99,21 @@ class CTranslate2Engine:
         threads: intra-op threads, 0 = CTranslate2's default.
         inter_threads: batches CTranslate2 translates at the same time (its ``inter_threads``:
             calls from that many threads run in parallel, each on ``threads`` threads).
-        patience: CTranslate2's beam search stops after ``patience * K`` finished hypotheses.
     Raises:
         CheckpointError: no model.bin in ``export_dir``, or files CTranslate2 cannot load.
         ConfigError: a device it cannot use.
+        ValueError: threads or inter_threads out of range (``attnmt.search.options.check_count``).
     """
 
     name = "ctranslate2"
     supports = CORE_OPTIONS
     capabilities = frozenset({"score"})
+    load_options = frozenset({"compute_type"})
 
     def __init__(self, export_dir: str | Path, device: str = "cpu", compute_type: str = "default",
-                 threads: int = 0, patience: float = 1.0, inter_threads: int = 1):
+                 threads: int = 0, inter_threads: int = 1):
+        check_count(threads, "threads", low=0)  # CTranslate2's size_t arguments, before its TypeError
+        check_count(inter_threads, "inter_threads")
         if not (Path(export_dir) / "model.bin").is_file():
             raise CheckpointError(f"{export_dir}: no model.bin; export it with 'attnmt export ctranslate2'")
         self.config = rundir.read_config(export_dir)
@@ -138,7 +126,6 @@ class CTranslate2Engine:
         except RuntimeError as e:  # a truncated model.bin, a broken config.json or vocabulary
             raise CheckpointError(f"{export_dir}: CTranslate2 cannot load this export ({str(e).splitlines()[0]}); "
                                   "export it again with 'attnmt export ctranslate2'") from None
-        self.patience = patience
         self._forbidden = [self.tgt_tokenizer.pieces([i]) for i in self.config.model.forbidden_ids]
         self._src_pieces = all_pieces(self.src_tokenizer)
         self._eos_piece = self.tgt_tokenizer.pieces([EOS_ID])[0]
@@ -157,31 +144,18 @@ class CTranslate2Engine:
 
     def translate(self, sources: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
         """Search ``sources`` (ids ending with EOS) with CTranslate2 (class docstring; the caller
-        has refused return_attention, constraints and streaming)."""
+        has refused return_attention, constraints and streaming).
+
+        Raises:
+            PositionError: a source longer than max_positions, before CTranslate2 sees it.
+        """
+        check_positions(sources, self.config.model.max_positions, "source")
         limits = output_length_limits([len(s) for s in sources], options.max_len_a, options.max_len_b,
                                       self.config.model.max_positions - 1)
         src_pieces = [self._pieces(s[:-1]) for s in sources]
         if options.is_greedy:
             return self._translate_greedy(src_pieces, limits, options)
-        if options.early_stopping:
-            return self._translate_early(src_pieces, limits, options)
-        # Per sentence: (output pieces without EOS, log P incl. EOS, or None where the search
-        # stopped at limit - 1 and EOS is still to be scored).
-        found: list[list[tuple[list[str], float | None]]] = [[([], None)] for _ in sources]  # limit 1: EOS only
-        groups: dict[int, list[int]] = {}
-        for i, limit in enumerate(limits):
-            if limit > 1:  # a limit of 1 leaves EOS as the only output
-                groups.setdefault(limit, []).append(i)
-        eos = self._eos_piece
-        for limit, idx in groups.items():
-            out = self.translator.translate_batch(
-                [src_pieces[i] for i in idx], **self._search_args(options, limit),
-                max_decoding_length=limit - 1, min_decoding_length=0, return_end_token=True, return_scores=True,
-                max_input_length=0, suppress_sequences=self._forbidden or None)
-            for i, result in zip(idx, out):
-                found[i] = [(pieces[:-1], score) if pieces and pieces[-1] == eos else (pieces, None)
-                            for pieces, score in zip(result.hypotheses, result.scores)]
-        return self._ranked(src_pieces, found, options)
+        return self._translate_beam(src_pieces, limits, options)
 
     def _translate_greedy(self, src_pieces: list[list[str]], limits: list[int], options: SearchOptions
                           ) -> list[list[Hypothesis]]:
@@ -207,11 +181,11 @@ class CTranslate2Engine:
             log_prob = sum(scored[i]) if lp is None else lp
             ids = self.tgt_tokenizer.piece_ids(pieces) + [EOS_ID]
             lps = scored[i] if options.return_token_log_probs else []
-            results.append([Hypothesis(ids, lps, log_prob, _native_score(log_prob, len(ids), options))])
+            results.append([Hypothesis(ids, lps, log_prob, options.score(log_prob, len(ids)))])
         return results
 
-    def _translate_early(self, src_pieces: list[list[str]], limits: list[int], options: SearchOptions
-                         ) -> list[list[Hypothesis]]:
+    def _translate_beam(self, src_pieces: list[list[str]], limits: list[int], options: SearchOptions
+                        ) -> list[list[Hypothesis]]:
         """Beam search with early stopping: CTranslate2's own search, one call per batch, plus
         one per distinct limit for the sentences whose limit binds (class docstring)."""
         wanted = options.finished_wanted
@@ -233,7 +207,7 @@ class CTranslate2Engine:
         kept: list[list[tuple[list[str], float]]] = []  # per sentence: (pieces with </s> if it ended, log P)
         for result in found:
             hyps = [(pieces, score * len(pieces) ** alpha) for pieces, score in zip(result.hypotheses, result.scores)]
-            hyps.sort(key=lambda h: _native_score(h[1], len(h[0]), options), reverse=True)
+            hyps.sort(key=lambda h: options.score(h[1], len(h[0])), reverse=True)
             kept.append(hyps[:options.nbest])
         todo = [(i, j) for i, hyps in enumerate(kept) for j in range(len(hyps))] if options.return_token_log_probs \
             else []
@@ -245,42 +219,9 @@ class CTranslate2Engine:
             for j, (pieces, log_prob) in enumerate(hyps):
                 ids = self.tgt_tokenizer.piece_ids(_body(pieces, eos)) + ([EOS_ID] if pieces[-1:] == [eos] else [])
                 lps = token_lps.get((i, j), [])[:len(ids)]  # score_batch adds EOS to a hypothesis cut without it
-                out.append(Hypothesis(ids, lps, log_prob, _native_score(log_prob, len(ids), options)))
-            results.append(_top(out, options.nbest))
+                out.append(Hypothesis(ids, lps, log_prob, options.score(log_prob, len(ids))))
+            results.append(options.best(out))
         return results
-
-    def _search_args(self, options: SearchOptions, limit: int) -> dict:
-        """CTranslate2's options for beam search with exact stopping. Ranked by log-probability alone (alpha 0): CTranslate2's own early stop, n-best by log P. Any
-        other ranking: the search runs to the length limit and returns every finished
-        hypothesis (patience ``limit``: at most K finish per step) with its log-probability
-        (CTranslate2's alpha 0), to be ranked here by the native score."""
-        beam = options.beam_size
-        if options.length_penalty_type == "gnmt" and options.length_penalty == 0:
-            return {"beam_size": beam, "num_hypotheses": options.nbest, "length_penalty": 0.0}
-        return {"beam_size": beam, "patience": float(limit), "num_hypotheses": beam * limit, "length_penalty": 0.0}
-
-    def _ranked(self, src_pieces: list[list[str]], found: list[list[tuple[list[str], float | None]]],
-                options: SearchOptions) -> list[list[Hypothesis]]:
-        """Rank each sentence's hypotheses by the native score and keep ``nbest``. Log P and
-        the per-token log-probabilities come from forced decoding (``score_batch``): first of
-        the hypotheses whose log P the search did not give (those cut at the limit), then of
-        the kept ones."""
-        cut = [(i, j) for i, hyps in enumerate(found) for j, (_, lp) in enumerate(hyps) if lp is None]
-        known = dict(zip(cut, self._score([src_pieces[i] for i, _ in cut], [found[i][j][0] for i, j in cut])))
-        kept = []
-        for i, hyps in enumerate(found):
-            logp = [sum(known[(i, j)]) if lp is None else lp for j, (_, lp) in enumerate(hyps)]
-            order = sorted(range(len(hyps)), key=lambda j: _native_score(logp[j], len(hyps[j][0]) + 1, options),
-                           reverse=True)
-            kept += [(i, j) for j in order[:options.nbest]]
-        todo = [(i, j) for i, j in kept if (i, j) not in known]
-        known.update(zip(todo, self._score([src_pieces[i] for i, _ in todo], [found[i][j][0] for i, j in todo])))
-        results: list[list[Hypothesis]] = [[] for _ in found]
-        for i, j in kept:
-            lps = known[(i, j)]
-            ids = self.tgt_tokenizer.piece_ids(found[i][j][0]) + [EOS_ID]
-            results[i].append(Hypothesis(ids, lps, sum(lps), _native_score(sum(lps), len(ids), options)))
-        return [_top(hs, options.nbest) for hs in results]
 
     def forced_log_probs(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
         """Forced decoding (capability 'score', ``score_batch``): per pair, the natural-log
@@ -288,7 +229,12 @@ class CTranslate2Engine:
 
         Args:
             sources: source ids ending with EOS; targets: output ids ending with EOS, pairwise.
+        Raises:
+            PositionError: a source or target longer than max_positions (the native model's
+                message), before CTranslate2 sees it.
         """
+        check_positions(sources, self.config.model.max_positions, "source")
+        check_positions(targets, self.config.model.max_positions, "target")
         pieces = self.tgt_tokenizer.pieces
         scored = self._score([self._pieces(s[:-1]) for s in sources],
                              [pieces(t[:-1] if t[-1:] == [EOS_ID] else t) for t in targets])
@@ -306,18 +252,3 @@ def _body(pieces: list[str], eos: str) -> list[str]:
     """``pieces`` without a final ``eos``."""
     return pieces[:-1] if pieces[-1:] == [eos] else pieces
 
-
-def _native_score(log_prob: float, length: int, options: SearchOptions) -> float:
-    """The score the native search ranks by (``attnmt.search.options.SearchOptions``)."""
-    if options.length_penalty_type == "average":
-        return log_prob / max(length, 1)
-    if options.is_greedy:
-        return log_prob
-    return log_prob / length_penalty(length, options.length_penalty, options.length_penalty_k)
-
-
-def _top(hyps: list[Hypothesis], nbest: int) -> list[Hypothesis]:
-    """The ``nbest`` best, filled up with empty ones (score -inf) as the native search does."""
-    ranked = sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest]
-    return ranked + [Hypothesis([EOS_ID], [float("-inf")], float("-inf"), float("-inf"))
-                     for _ in range(nbest - len(ranked))]

@@ -14,14 +14,57 @@ Every export directory holds config.yaml and the tokenizers, so the same ``Trans
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
 from attnmt.decode.engine import UnsupportedOption
+from attnmt.errors import AttnmtError
 from attnmt.decode.translator import Translator
 from attnmt.rundir import read_config
+from attnmt.search.options import check_count
 
 ENGINES = ("native", "ctranslate2", "onnxruntime")
+
+# Each engine's class: (module, name). Its ``load_options`` declare the loading choices it takes.
+_CLASSES = {"native": ("attnmt.decode.native", "NativeEngine"),
+            "ctranslate2": ("attnmt.interop.ctranslate2_engine", "CTranslate2Engine"),
+            "onnxruntime": ("attnmt.interop.onnx", "OnnxEngine")}
+
+
+def engine_class(engine: str) -> type:
+    """The engine class of ``engine`` (one of :data:`ENGINES`), imported now.
+
+    Raises:
+        AttnmtError: the engine's library is not installed (the ``export`` extra).
+    """
+    module, name = _CLASSES[engine]
+    return getattr(importlib.import_module(module), name)
+
+
+def check_load_options(engine: str, given: dict[str, object]) -> None:
+    """Refuse the loading choices of ``given`` (name -> value; None, False or 'default' is not
+    given) that ``engine``'s class does not declare in its ``load_options``.
+
+    Raises:
+        UnsupportedOption: one line naming each choice refused (as its command-line flag) and
+            the engines that declare it.
+        AttnmtError: the engine's library is not installed.
+    """
+    declared = engine_class(engine).load_options
+    refused = sorted(n for n, v in given.items() if v not in (None, False, "default") and n not in declared)
+    if not refused:
+        return
+    owners = set()
+    for other in ENGINES:
+        try:
+            if set(refused) & engine_class(other).load_options:
+                owners.add(other)
+        except AttnmtError:  # another engine's library is not installed
+            continue
+    flags = ", ".join(f"{n} (--{n.replace('_', '-')})" for n in refused)
+    raise UnsupportedOption(f"the {engine} engine does not support {flags}"
+                            + (f": the {' and '.join(sorted(owners))} engine has it" if owners else ""))
 
 
 def open_translator(model_dir: str | Path, engine: str = "native", device: str | None = None, threads: int = 0,
@@ -44,24 +87,24 @@ def open_translator(model_dir: str | Path, engine: str = "native", device: str |
         weights, precision, attention: native only: another safetensors file, 'fp32' / 'bf16' /
             'int8', and the attention kernel 'explicit' / 'fused' (default: the config's).
     Raises:
-        ValueError: an unknown engine, or inter_threads < 1.
-        UnsupportedOption: weights, precision, attention or compute_type for an engine without them.
+        ValueError: an unknown engine, or threads or inter_threads not a whole number that the
+            engine's library takes (``attnmt.search.options.check_count``: at most C_INT_MAX;
+            threads from 0, inter_threads from 1), before anything is loaded.
+        UnsupportedOption: weights, precision, attention or compute_type for an engine whose class
+            does not declare them in its ``load_options`` (:func:`check_load_options`).
         CheckpointError, ConfigError: a missing or incomplete directory, or a device this machine
             (or this engine) cannot use.
         AttnmtError: the engine's library is not installed (the ``export`` extra).
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; use {', '.join(ENGINES)}")
-    if inter_threads < 1:
-        raise ValueError(f"inter_threads must be at least 1, got {inter_threads}")
+    check_count(inter_threads, "inter_threads")
+    check_count(threads, "threads", low=0)
     if inter_threads > 1 and not threads:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         threads = max(1, cpus // inter_threads)
-    if engine != "native" and (weights or precision or attention):
-        raise UnsupportedOption(f"the {engine} engine does not support weights, precision or attention kernel "
-                                "choices (they apply to the native engine)")
-    if engine != "ctranslate2" and compute_type != "default":
-        raise UnsupportedOption(f"the {engine} engine does not support compute types (ctranslate2 only)")
+    check_load_options(engine, {"weights": weights, "precision": precision, "attention": attention,
+                                "compute_type": compute_type})
     if engine == "native":
         import torch
 

@@ -181,6 +181,18 @@ def _copy(out: dict, hf: dict, src: str, dst: str) -> None:
     out[dst + ".weight"], out[dst + ".bias"] = hf[src + ".weight"], hf[src + ".bias"]
 
 
+# Per layer side: (copier, Marian's tensor name, attnmt's) of each tensor of one layer.
+_LAYER_TENSORS = {
+    "encoder": [(_attention, "self_attn.", "self_attn."), (_copy, "self_attn_layer_norm", "sublayers.0.norm"),
+                (_copy, "fc1", "feed_forward.w_1"), (_copy, "fc2", "feed_forward.w_2"),
+                (_copy, "final_layer_norm", "sublayers.1.norm")],
+    "decoder": [(_attention, "self_attn.", "self_attn."), (_copy, "self_attn_layer_norm", "sublayers.0.norm"),
+                (_attention, "encoder_attn.", "src_attn."), (_copy, "encoder_attn_layer_norm", "sublayers.1.norm"),
+                (_copy, "fc1", "feed_forward.w_1"), (_copy, "fc2", "feed_forward.w_2"),
+                (_copy, "final_layer_norm", "sublayers.2.norm")],
+}
+
+
 def _first(hf: dict, names: list[str]) -> torch.Tensor:
     for name in names:
         if name in hf:
@@ -205,22 +217,11 @@ def state_dict(hf: dict[str, torch.Tensor], cfg: ModelConfig, order: list[int]) 
         out["decoder.output_projection.weight"] = output[idx]
         bias = hf.get("final_logits_bias", torch.zeros(1, len(order)))
         out["decoder.output_projection.bias"] = bias[0, idx]
-        for i in range(cfg.num_encoder_layers):
-            src, dst = f"model.encoder.layers.{i}.", f"encoder.layers.{i}."
-            _attention(out, hf, src + "self_attn.", dst + "self_attn.")
-            _copy(out, hf, src + "self_attn_layer_norm", dst + "sublayers.0.norm")
-            _copy(out, hf, src + "fc1", dst + "feed_forward.w_1")
-            _copy(out, hf, src + "fc2", dst + "feed_forward.w_2")
-            _copy(out, hf, src + "final_layer_norm", dst + "sublayers.1.norm")
-        for i in range(cfg.num_decoder_layers):
-            src, dst = f"model.decoder.layers.{i}.", f"decoder.layers.{i}."
-            _attention(out, hf, src + "self_attn.", dst + "self_attn.")
-            _copy(out, hf, src + "self_attn_layer_norm", dst + "sublayers.0.norm")
-            _attention(out, hf, src + "encoder_attn.", dst + "src_attn.")
-            _copy(out, hf, src + "encoder_attn_layer_norm", dst + "sublayers.1.norm")
-            _copy(out, hf, src + "fc1", dst + "feed_forward.w_1")
-            _copy(out, hf, src + "fc2", dst + "feed_forward.w_2")
-            _copy(out, hf, src + "final_layer_norm", dst + "sublayers.2.norm")
+        for side, layers in (("encoder", cfg.num_encoder_layers), ("decoder", cfg.num_decoder_layers)):
+            for i in range(layers):
+                src, dst = f"model.{side}.layers.{i}.", f"{side}.layers.{i}."
+                for copy, hf_name, name in _LAYER_TENSORS[side]:
+                    copy(out, hf, src + hf_name, dst + name)
     except KeyError as e:
         raise CheckpointError(f"the checkpoint lacks the tensor {e.args[0]}") from None
     return out

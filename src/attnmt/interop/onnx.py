@@ -48,12 +48,13 @@ from torch import nn
 from attnmt import rundir
 from attnmt.config import ModelConfig
 from attnmt.data.tokenizers import EOS_ID, PAD_ID
-from attnmt.decode.engine import CORE_OPTIONS, Hypothesis, SearchOptions
+from attnmt.decode.engine import CORE_OPTIONS, Hypothesis, SearchOptions, check_positions
 from attnmt.errors import CheckpointError, ConfigError
 from attnmt.interop.extras import require
 from attnmt.model.attention import KVCache, LayerCache, padding_mask
 from attnmt.model.transformer import Transformer, forbid
 from attnmt.search.batched import search_batch
+from attnmt.search.options import check_count
 
 log = logging.getLogger(__name__)
 
@@ -232,9 +233,11 @@ class OnnxTransformer:
         threads: intra-op threads, 0 = ONNX Runtime's default.
     Raises:
         CheckpointError: a graph file missing, or one ONNX Runtime cannot load (truncated, empty).
+        ValueError: threads out of range (``attnmt.search.options.check_count``).
     """
 
     def __init__(self, export_dir: str | Path, config: ModelConfig, threads: int = 0, device: str = "cpu"):
+        check_count(threads, "threads", low=0)  # SessionOptions.intra_op_num_threads is a C int
         ort = require("onnxruntime")
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
@@ -317,8 +320,9 @@ class OnnxEngine:
     """
 
     name = "onnxruntime"
-    supports = CORE_OPTIONS
+    supports = CORE_OPTIONS | {"exact_stopping"}
     capabilities: frozenset[str] = frozenset()
+    load_options: frozenset[str] = frozenset()
     precision = "fp32"
 
     def __init__(self, export_dir: str | Path, device: str = "cpu", threads: int = 0):
@@ -332,5 +336,10 @@ class OnnxEngine:
 
     def translate(self, sources: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
         """Search ``sources`` (ids ending with EOS) over the ONNX graphs (``Engine`` contract;
-        the caller has refused return_attention, constraints and streaming)."""
+        the caller has refused return_attention, constraints and streaming).
+
+        Raises:
+            PositionError: a source longer than max_positions, before ONNX Runtime sees it.
+        """
+        check_positions(sources, self.config.model.max_positions, "source")
         return search_batch(self.model, sources, options)

@@ -13,7 +13,7 @@
     SITE_DIR/model/encoder.onnx           the graphs of :mod:`attnmt.interop.onnx`, the decoder step
     SITE_DIR/model/decoder_step.onnx      with its ``attention`` output and the row indices of
                                           :mod:`attnmt.interop.web_graph` (int8: dynamically quantized)
-    SITE_DIR/model/*.spm.model, spm.model the SentencePiece model(s)
+    SITE_DIR/model/*.spm.model, spm.model the SentencePiece model(s), language tags as control symbols
     SITE_DIR/model/*pieces.json, vocab.json  the piece of every id (MarianMT: its shared vocabulary)
 
 Any static file server serves it (``python -m http.server``). The page runs ONNX Runtime Web's
@@ -52,7 +52,8 @@ from pathlib import Path
 
 from attnmt import languages, rundir
 from attnmt.config import DEFAULT_ATTENTION_LAYER
-from attnmt.data.tokenizers import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, VocabTokenizer
+from attnmt.data.tokenizers import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, VocabTokenizer,
+                                    reserved_as_control)
 from attnmt.errors import AttnmtError, CheckpointError
 from attnmt.interop import web_bundle
 from attnmt.interop.extras import require
@@ -126,7 +127,9 @@ def _tokenizer_files(model_dir: Path, src_tok, tgt_tok, out: Path) -> dict:
         names = {"src_model": rundir.SRC_SPM, "tgt_model": rundir.TGT_SPM,
                  "src_pieces": "src.pieces.json", "tgt_pieces": "tgt.pieces.json"}
     for side, tok in (("src", src_tok), ("tgt", tgt_tok)):
-        (out / names[f"{side}_model"]).write_bytes(tok.model_proto)
+        # the page encodes user text with this file: reserved pieces (language tags) as control
+        # symbols, so that text spelling one is ordinary characters, as in Python (Tokenizer.encode)
+        (out / names[f"{side}_model"]).write_bytes(reserved_as_control(tok.model_proto))
         if not mapped:
             pieces = tok.pieces(list(range(len(tok))))
             (out / names[f"{side}_pieces"]).write_text(json.dumps(pieces, ensure_ascii=False), encoding="utf-8")

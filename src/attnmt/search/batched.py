@@ -1,13 +1,13 @@
 """Search many sentences: sort by source length, search in batches, hand results back in order.
 
 This is the one batch-translation routine of attnmt: ``Translator.translate`` runs every engine
-through :func:`search_in_batches`, and the trainer's validation decoding runs :func:`translate_ids`
+through :func:`search_in_batches`, and the trainer's validation decoding runs :func:`native_search`
 (the native search over the same batches), so validation BLEU and ``attnmt translate`` decode
 alike.
 
 The batching (:func:`length_batches`, :func:`search_in_batches`) needs no PyTorch, so engines without
 it (CTranslate2) batch here without loading it; the native search (:func:`search_batch`,
-:func:`translate_ids`) imports it when called.
+:func:`native_search`) imports it when called.
 
 Shapes: B sentences in a batch, S longest source in it.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from attnmt.search.hypothesis import Hypothesis
@@ -78,12 +79,6 @@ def search_in_batches(sources: list[list[int]], options: SearchOptions, batch_si
     return results  # type: ignore[return-value]
 
 
-def average_score(h: Hypothesis) -> Hypothesis:
-    """``h`` ranked by its mean log-probability per token, EOS included: log P / |Y|
-    (OpenNMT-py's ``avg`` normalisation, CTranslate2's default)."""
-    return Hypothesis(h.tokens, h.token_log_probs, h.log_prob, h.log_prob / max(len(h.tokens), 1), h.attention)
-
-
 def search_batch(model: StepModel, sources: list[list[int]], options: SearchOptions,
                  device: torch.device | None = None) -> list[list[Hypothesis]]:
     """Greedy (``beam_size`` 1) or beam search of one batch with the native model.
@@ -117,21 +112,14 @@ def _search_batch(model: StepModel, sources: list[list[int]], options: SearchOpt
         src = to_device(src, device)
     constrained = options.constraints is not None and any(len(c) for c in options.constraints)
     if options.is_greedy and not constrained:
-        hyps = [[h] for h in greedy_search(model, src, options.max_len_a, options.max_len_b, options.on_step)]
-        return [[average_score(h)] for [h] in hyps] if options.length_penalty_type == "average" else hyps
-    if options.is_greedy:  # constrained: one beam, ranked by log P as greedy search ranks
-        alpha, k = (1.0, 0.0) if options.length_penalty_type == "average" else (0.0, options.length_penalty_k)
-    elif options.length_penalty_type == "average":
-        # log P / |Y| is the GNMT penalty with alpha 1 and k 0: ((0 + |Y|) / (0 + 1))^1.
-        alpha, k = 1.0, 0.0
-    else:
-        alpha, k = options.length_penalty, options.length_penalty_k
-    return beam_search(model, src, options.beam_size, alpha, k, options.max_len_a, options.max_len_b, options.nbest,
-                       options.constraints if constrained else None, options.on_step, options.early_stopping,
-                       options.patience)
+        hyps = greedy_search(model, src, options.max_len_a, options.max_len_b, options.on_step)
+        return [[replace(h, score=options.score(h.log_prob, len(h.tokens)))] for h in hyps]
+    # Constrained with beam_size 1: beam search with one beam, ranked as greedy search ranks
+    # (SearchOptions.score).
+    return beam_search(model, src, options if constrained else replace(options, constraints=None))
 
 
-def translate_ids(model: StepModel, sources: list[list[int]], options: SearchOptions, batch_size: int,
+def native_search(model: StepModel, sources: list[list[int]], options: SearchOptions, batch_size: int,
                   device: torch.device | None = None) -> list[list[Hypothesis]]:
     """:func:`search_batch` over length-sorted batches of ``batch_size`` sentences; results in
     input order (:func:`search_in_batches`)."""

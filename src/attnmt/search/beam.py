@@ -23,7 +23,10 @@ done depends on the stopping rule (``SearchOptions.early_stopping``):
   only ranks; it never decides when to stop. Sentences with constraints still end with EOS at
   their limit (their phrases are checked when EOS is allowed).
 
-Done sentences leave the batch.
+Each step is select (:func:`_select`: the 2K best extensions, reordered by the constraint step
+where a sentence has phrases), finish (:func:`_finish`: scored by ``SearchOptions.score``) and
+prune (:func:`_prune`: the K best open extensions become the beams). Done sentences leave the
+batch.
 
 The search owns the decoder's key/value cache and reorders it to follow the surviving beams.
 The source side (encoder output, padding mask, source-attention keys and values) is kept once
@@ -40,15 +43,15 @@ Shapes: B batch (sentences), n sentences still searched, K beam size, k open bea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from attnmt.data.tokenizers import BOS_ID, EOS_ID
-from attnmt.search.constraints import ConstraintTracker, Phrases
+from attnmt.search.constraints import ConstraintTracker
 from attnmt.search.hypothesis import Hypothesis, max_output_lengths
-from attnmt.search.options import finished_wanted, length_penalty
+from attnmt.search.options import SearchOptions
 from attnmt.search.step_model import StepModel
 
 
@@ -125,11 +128,11 @@ class _Beams:
         return cls(list(range(batch_size)), scores, history, torch.zeros((batch_size, 0), device=device))
 
 
-def _finish(ext: Extensions, beams: _Beams, finished: list[list[Hypothesis]], alpha: float, k: float,
+def _finish(ext: Extensions, beams: _Beams, finished: list[list[Hypothesis]], score: Callable[[float, int], float],
             cut: torch.Tensor | None = None) -> None:
-    """Append the EOS extensions ranked within the first K to their sentence's finished list;
-    for the sentences flagged in ``cut`` ((n,) bool: early stopping at the length limit) all of
-    the first K, EOS or not."""
+    """Append the EOS extensions ranked within the first K to their sentence's finished list,
+    scored by ``score(log P, length)``; for the sentences flagged in ``cut`` ((n,) bool: early
+    stopping at the length limit) all of the first K, EOS or not."""
     beam_size = ext.tokens.size(1) // 2  # K of the 2K extensions
     ends = ext.tokens[:, :beam_size] == EOS_ID  # (n, K)
     if cut is not None:
@@ -145,15 +148,16 @@ def _finish(ext: Extensions, beams: _Beams, finished: list[list[Hypothesis]], al
         log_prob = scores[i][j]
         finished[beams.active[i]].append(Hypothesis(
             tokens, beams.history_lp[r].tolist() + [token_lp[i][j]], log_prob,
-            log_prob / length_penalty(len(tokens), alpha, k)))
+            score(log_prob, len(tokens))))
 
 
 def _is_done(finished: list[Hypothesis], best_open: float, t: int, limit: int, nbest: int,
-             alpha: float, k: float, wanted: int | None = None) -> bool:
+             score: Callable[[float, int], float], wanted: int | None = None) -> bool:
     """Whether a sentence's search is over after t tokens (module docstring): its length limit,
     no live beam left, and then under early stopping (``wanted``: the finished hypotheses that
     end it) ``wanted`` finished hypotheses, under exact stopping (``wanted`` None) ``nbest``
-    finished hypotheses that no open beam can still beat."""
+    finished hypotheses that no open beam can still beat: its best log P ``best_open`` <= 0 can
+    at best reach the larger of ``score(best_open, t + 1)`` and ``score(best_open, limit)``."""
     if limit <= t or best_open == float("-inf"):
         return True
     if wanted is not None:
@@ -161,103 +165,134 @@ def _is_done(finished: list[Hypothesis], best_open: float, t: int, limit: int, n
     if len(finished) < nbest:
         return False
     worst_kept = sorted((h.score for h in finished), reverse=True)[nbest - 1]
-    bound = best_open / max(length_penalty(t + 1, alpha, k), length_penalty(limit, alpha, k))
+    bound = max(score(best_open, t + 1), score(best_open, limit))
     return bound <= worst_kept
 
 
+class _NoConstraints:
+    """The constraint step of a search without constraints: it changes nothing."""
+
+    def any(self, active: list[int]) -> bool:
+        return False
+
+    def forces_eos(self, sentence: int) -> bool:
+        return False
+
+    def advance(self, rows: torch.Tensor, tokens: torch.Tensor, active: list[int]) -> None:
+        pass
+
+
+def _select(beams: _Beams, logp: torch.Tensor, limits: list[int], t: int, options: SearchOptions,
+            constraint: ConstraintTracker | _NoConstraints) -> tuple[Extensions, torch.Tensor | None]:
+    """Select: the 2K best extensions of each sentence after t tokens (:func:`best_extensions`),
+    reordered by the constraint step where a sentence has phrases, and the (n,) bool sentences
+    cut at their length limit (early stopping; None when there are none). At its limit a
+    sentence's only extension is EOS unless it is cut there (module docstring)."""
+    device = logp.device
+    at_limit = torch.tensor([limits[s] <= t + 1 for s in beams.active], device=device)  # (n,)
+    constrained = constraint.any(beams.active)
+    if constrained:  # no EOS before every phrase is met
+        logp = constraint.mask_eos(logp, beams.active)
+    cut = None
+    if options.early_stopping and bool(at_limit.any()):  # early stopping: no EOS forced but for phrases
+        phrased = torch.tensor([constraint.forces_eos(s) for s in beams.active], device=device)  # (n,)
+        cut, at_limit = at_limit & ~phrased, at_limit & phrased
+    ext = best_extensions(beams.scores, logp, at_limit, 2 * options.beam_size)
+    if constrained:  # dynamic beam allocation reorders a constrained sentence's candidates
+        ext = Extensions(*constraint.reorder(ext.scores, ext.rows, ext.tokens, ext.token_lp, beams.scores, logp,
+                                             beams.active, t + 1))
+    return ext, cut
+
+
+def _prune(opened: Extensions, beams: _Beams, keep: list[int], src_mask: torch.Tensor, cache,
+           constraint: ConstraintTracker | _NoConstraints) -> torch.Tensor:
+    """Prune: the open extensions (:func:`_open`) of the sentences ``keep`` (indices into
+    ``beams.active``) become the beams; done sentences leave with their beams, source rows and
+    cache rows. Updates ``beams``, the cache and the constraint step; returns the (n', 1, 1, S)
+    source mask of the sentences still searched."""
+    scores, rows, tokens, token_lp = opened.scores, opened.rows, opened.tokens, opened.token_lp
+    K, device = scores.size(1), scores.device
+    if len(keep) < len(beams.active):  # done sentences leave: their beams and source rows
+        keep_t = torch.tensor(keep, dtype=torch.long, device=device)
+        beam_rows = (keep_t[:, None] * K + torch.arange(K, device=device)).view(-1)  # (n'*K,)
+        scores, rows = scores.index_select(0, keep_t), rows.index_select(0, beam_rows)
+        tokens, token_lp = tokens.index_select(0, beam_rows), token_lp.index_select(0, beam_rows)
+        src_mask = src_mask.index_select(0, keep_t)
+        cache.reorder(rows, keep_t)
+        beams.active = [beams.active[i] for i in keep]
+    else:  # beams moved only within their sentences (after the first step: one row became K), so
+        cache.reorder(rows)  # the source side stays in place
+    constraint.advance(rows, tokens.view(-1), beams.active)
+    beams.scores = scores
+    beams.history = torch.cat([beams.history.index_select(0, rows), tokens], dim=1)
+    beams.history_lp = torch.cat([beams.history_lp.index_select(0, rows), token_lp], dim=1)
+    return src_mask
+
+
+def _open(ext: Extensions) -> Extensions:
+    """The K best non-EOS extensions of each sentence, which stay open, in rank order (a stable
+    sort): scores (n, K) float32 log P, rows (n*K,) int64 the rows they extend, tokens and
+    token_lp (n*K, 1) the new tokens and their log-probabilities."""
+    K = ext.tokens.size(1) // 2
+    order = torch.argsort((ext.tokens == EOS_ID).to(torch.int8), dim=1, stable=True)[:, :K]  # (n, K)
+    return Extensions(ext.scores.gather(1, order), ext.rows.gather(1, order).view(-1),
+                      ext.tokens.gather(1, order).view(-1, 1), ext.token_lp.gather(1, order).view(-1, 1))
+
+
 @torch.no_grad()
-def beam_search(
-    model: StepModel, src: torch.Tensor, beam_size: int = 5, alpha: float = 0.6,
-    length_penalty_k: float = 5.0, max_len_a: float = 1.5, max_len_b: int = 10, nbest: int = 1,
-    constraints: Sequence[Phrases] | None = None, on_step: Callable[[int, list[int]], bool] | None = None,
-    early_stopping: bool = False, patience: float = 1.0,
-) -> list[list[Hypothesis]]:
-    """Beam search over a batch of sentences.
+def beam_search(model: StepModel, src: torch.Tensor, options: SearchOptions) -> list[list[Hypothesis]]:
+    """Beam search over a batch of sentences; each step selects (:func:`_select`), finishes
+    (:func:`_finish`) and prunes (:func:`_prune`).
 
     Args:
         model: a step model (``attnmt.search.step_model``), e.g. a Transformer in eval mode.
         src: (B, S) int64 source ids ending with EOS, right-padded.
-        beam_size: K, the open hypotheses kept per sentence.
-        alpha, length_penalty_k: the length penalty's exponent and constant (0.6 and 5).
-        max_len_a, max_len_b: output limit ``a * source length + b`` tokens (EOS included).
-        nbest: hypotheses returned per sentence (1 <= nbest <= beam_size).
-        constraints: None, or one entry per sentence: the phrases (target token-id sequences)
-            its output must contain (``attnmt.search.constraints``: dynamic beam allocation).
-            Sentences without phrases are searched exactly as without constraints; a sentence
-            whose phrases cannot fit its length limit is searched without them (a warning).
-        on_step: streaming: after every step, called for each sentence still searched with its
-            batch index and its *settled* tokens, the longest prefix shared by all its live
-            beams and finished hypotheses (every hypothesis the search can still return starts
-            with it). Returning True stops that sentence's search (its result is then
+        options: the search (``attnmt.search.options.SearchOptions``): K = ``beam_size``, the
+            ``nbest`` returned, the ranking (``SearchOptions.score``), the length limit, the
+            stopping rule (module docstring), and
+            ``constraints``: None, or one entry per sentence: the phrases (target token-id
+            sequences) its output must contain (``attnmt.search.constraints``: dynamic beam
+            allocation). Sentences without phrases are searched exactly as without
+            constraints; a sentence whose phrases cannot fit its length limit is searched
+            without them (a warning).
+            ``on_step``: streaming: after every step, called for each sentence still searched
+            with its batch index and its *settled* tokens, the longest prefix shared by all its
+            live beams and finished hypotheses (every hypothesis the search can still return
+            starts with it). Returning True stops that sentence's search (its result is then
             meaningless), e.g. when nobody waits for it any more.
-        early_stopping, patience: the stopping rule (module docstring): early stopping after
-            ``round(beam_size x patience)`` finished hypotheses (patience >= 1), or exact.
+            ``return_attention`` is not handled here.
     Returns:
         For each sentence, in input order, ``nbest`` :class:`Hypothesis` sorted best first
-        (always ``nbest``, see :func:`_nbest`).
+        (always ``nbest``: ``SearchOptions.best``).
     Raises:
-        ValueError: nbest outside [1, beam_size], a vocabulary smaller than 2 * beam_size,
-            constraints that do not match the batch or hold special ids, or a patience below 1.
+        ValueError: a vocabulary smaller than 2 * beam_size, or constraints that do not match
+            the batch or hold special ids.
     """
-    if not 1 <= nbest <= beam_size:
-        raise ValueError(f"nbest must be between 1 and beam_size ({beam_size}), got {nbest}")
-    if not patience >= 1:
-        raise ValueError(f"patience must be at least 1, got {patience}")
-    wanted = finished_wanted(beam_size, patience) if early_stopping else None
-    K, device = beam_size, src.device
+    wanted, on_step = options.finished_wanted, options.on_step
     memory, src_mask, _ = model.encode(src)  # (B, S, D), (B, 1, 1, S): one row per sentence
-    limits = max_output_lengths(src, model.pad_id, max_len_a, max_len_b, model.config.max_positions - 1).tolist()
-    tracker = ConstraintTracker(constraints, K, limits) if constraints is not None else None
+    limits = max_output_lengths(src, model.pad_id, options.max_len_a, options.max_len_b,
+                                model.config.max_positions - 1).tolist()
+    constraint = (ConstraintTracker(options.constraints, options.beam_size, limits)
+                  if options.constraints is not None else _NoConstraints())
     cache = model.init_cache()
-    beams = _Beams.start(src.size(0), device, model.config.decoder_start_id)
+    beams = _Beams.start(src.size(0), src.device, model.config.decoder_start_id)
     finished: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     t = 0
     while beams.active:
         logp = model.decode_step(beams.history[:, -1:], memory, src_mask, cache)  # (n*k, V), k = 1 at first
         memory = None  # from now on the cache holds the source keys/values
-        at_limit = torch.tensor([limits[s] <= t + 1 for s in beams.active], device=device)  # (n,)
-        constrained = tracker is not None and tracker.any(beams.active)
-        if constrained:  # no EOS before every phrase is met
-            logp = tracker.mask_eos(logp, beams.active)
-        cut = None
-        if wanted is not None and bool(at_limit.any()):  # early stopping: no EOS forced but for phrases
-            phrased = torch.tensor([tracker is not None and bool(tracker.phrases[s]) for s in beams.active],
-                                   device=device)  # (n,)
-            cut, at_limit = at_limit & ~phrased, at_limit & phrased
-        ext = best_extensions(beams.scores, logp, at_limit, 2 * K)
+        ext, cut = _select(beams, logp, limits, t, options, constraint)
         t += 1
-        if constrained:  # dynamic beam allocation reorders a constrained sentence's candidates
-            ext = Extensions(*tracker.reorder(ext.scores, ext.rows, ext.tokens, ext.token_lp, beams.scores, logp,
-                                              beams.active, t))
-        _finish(ext, beams, finished, alpha, length_penalty_k, cut)
-        # The K best non-EOS extensions stay open (a stable sort keeps their rank order).
-        order = torch.argsort((ext.tokens == EOS_ID).to(torch.int8), dim=1, stable=True)[:, :K]  # (n, K)
-        scores = ext.scores.gather(1, order)  # (n, K)
-        rows = ext.rows.gather(1, order).view(-1)  # (n*K,)
-        tokens = ext.tokens.gather(1, order).view(-1, 1)  # (n*K, 1)
-        token_lp = ext.token_lp.gather(1, order).view(-1, 1)  # (n*K, 1)
-        best_open = scores.max(dim=1).values.tolist()  # (n,)
+        _finish(ext, beams, finished, options.score, cut)
+        opened = _open(ext)
+        best_open = opened.scores.max(dim=1).values.tolist()  # (n,)
         keep = [i for i, sent in enumerate(beams.active)
-                if not _is_done(finished[sent], best_open[i], t, limits[sent], nbest, alpha, length_penalty_k, wanted)]
+                if not _is_done(finished[sent], best_open[i], t, limits[sent], options.nbest, options.score, wanted)]
         if on_step is not None:  # streaming: report each kept sentence's settled tokens; True stops it
             keep = [i for i in keep if not on_step(beams.active[i], settled_prefix(
-                beams.history, rows, tokens, scores[i], i, finished[beams.active[i]]))]
-        if len(keep) < len(beams.active):  # done sentences leave: their beams and source rows
-            keep_t = torch.tensor(keep, dtype=torch.long, device=device)
-            beam_rows = (keep_t[:, None] * K + torch.arange(K, device=device)).view(-1)  # (n'*K,)
-            scores, rows = scores.index_select(0, keep_t), rows.index_select(0, beam_rows)
-            tokens, token_lp = tokens.index_select(0, beam_rows), token_lp.index_select(0, beam_rows)
-            src_mask = src_mask.index_select(0, keep_t)
-            cache.reorder(rows, keep_t)
-            beams.active = [beams.active[i] for i in keep]
-        else:  # beams moved only within their sentences (after the first step: one row became K), so
-            cache.reorder(rows)  # the source side stays in place
-        if tracker is not None:
-            tracker.advance(rows, tokens.view(-1), beams.active)
-        beams.scores = scores
-        beams.history = torch.cat([beams.history.index_select(0, rows), tokens], dim=1)
-        beams.history_lp = torch.cat([beams.history_lp.index_select(0, rows), token_lp], dim=1)
-    return [_nbest(f, nbest) for f in finished]
+                beams.history, opened.rows, opened.tokens, opened.scores[i], i, finished[beams.active[i]]))]
+        src_mask = _prune(opened, beams, keep, src_mask, cache, constraint)
+    return [options.best(f) for f in finished]
 
 
 def settled_prefix(history: torch.Tensor, rows: torch.Tensor, tokens: torch.Tensor, scores: torch.Tensor,
@@ -283,12 +318,3 @@ def settled_prefix(history: torch.Tensor, rows: torch.Tensor, tokens: torch.Tens
         prefix = prefix[:n]
     return prefix
 
-
-def _nbest(finished: list[Hypothesis], nbest: int) -> list[Hypothesis]:
-    """The ``nbest`` best finished hypotheses. A search always finishes K >= nbest of them at the
-    length limit, unless every score is NaN or -inf (a model with non-finite weights): then
-    the list is filled up with empty hypotheses (only EOS, log-probability and score -inf), so
-    that every sentence still gets ``nbest``."""
-    ranked = sorted(finished, key=lambda h: h.score, reverse=True)[:nbest]
-    return ranked + [Hypothesis([EOS_ID], [float("-inf")], float("-inf"), float("-inf"))
-                     for _ in range(nbest - len(ranked))]

@@ -174,6 +174,11 @@ class ConstraintTracker:
         """Whether a sentence still searched has phrases."""
         return any(self.phrases[s] for s in active)
 
+    def forces_eos(self, sentence: int) -> bool:
+        """Whether batch sentence ``sentence`` has phrases, so that it ends with EOS at its
+        length limit (where its phrases are checked) even under early stopping."""
+        return bool(self.phrases[sentence])
+
     def mask_eos(self, logp: torch.Tensor, active: list[int]) -> torch.Tensor:
         """``logp`` (n*k, V) with EOS at -inf (in place) for the beams whose phrases are not all met
         (k beams per sentence: 1 at the first step, then K).
@@ -263,8 +268,3 @@ class ConstraintTracker:
         K = self.beam_size
         self.states = [advance(self.phrases[active[j // K]], self.states[r], tok) if self.phrases[active[j // K]]
                        else self.states[r] for j, (r, tok) in enumerate(zip(rows.tolist(), tokens.tolist()))]
-
-    def all_met(self, sentence: int, tokens: Sequence[int]) -> bool:
-        """Whether ``tokens`` contain each phrase of batch sentence ``sentence`` (as a contiguous run)."""
-        seq = list(tokens)
-        return all(any(seq[k:k + len(p)] == p for k in range(len(seq) - len(p) + 1)) for p in self.phrases[sentence])

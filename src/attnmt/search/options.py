@@ -8,11 +8,45 @@ supports which option.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import numbers
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from attnmt.data.tokenizers import EOS_ID
+from attnmt.search.hypothesis import Hypothesis
+
 LENGTH_PENALTY_TYPES = ("gnmt", "average")
+
+# The largest count an engine's library takes: CTranslate2's and ONNX Runtime's thread counts and
+# PyTorch's ``set_num_threads`` are C ints, and a beam size, hypothesis count or length limit past
+# it is no search any machine can hold (CTranslate2's size_t arguments refuse more than 2**64 - 1).
+C_INT_MAX = 2**31 - 1
+
+
+def check_count(value: Any, name: str, low: int = 1, high: int = C_INT_MAX) -> int:
+    """``value`` when it is a whole number in [low, high], the range the engines' libraries take
+    (:data:`C_INT_MAX`), so that a huge number ends in one line naming it rather than in the
+    library's TypeError, OverflowError or an allocation that cannot succeed.
+
+    Args:
+        name: how the user gave it, e.g. 'beam_size' (a config key or request field) or 'threads'.
+    Raises:
+        ValueError: not an integer (a bool is not one), or outside [low, high]; the message names
+            ``name``, the value and the range.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= high:
+        raise ValueError(f"{name} {value!r} is out of range: use a whole number from {low} to {high}")
+    return int(value)
+
+
+def check_real(value: Any, name: str, low: float = 0.0, high: float = C_INT_MAX) -> float:
+    """``value`` when it is a finite number in [low, high] (a length factor, penalty or patience
+    that the engines turn into lengths and counts). Raises ValueError naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value)
+                                                                             and low <= value <= high):
+        raise ValueError(f"{name} {value!r} is out of range: use a finite number from {low:g} to {high:g}")
+    return float(value)
 
 # Options every engine must honour; the others are features an engine may lack (see
 # ``SearchOptions.requested`` and ``attnmt.decode.engine.check_supported``).
@@ -31,6 +65,26 @@ def finished_wanted(beam_size: int, patience: float) -> int:
 def length_penalty(length: int | float, alpha: float, k: float = 5.0) -> float:
     """lp(Y) = ((k + |Y|) / (k + 1))^alpha (Wu et al., 2016, equation 14); 1 when alpha is 0."""
     return ((k + length) / (k + 1.0)) ** alpha
+
+
+def penalised_score(log_prob: float, length: int, alpha: float, k: float = 5.0) -> float:
+    """log P / lp(|Y|), the GNMT-penalised score (:func:`length_penalty`); ``length`` in tokens,
+    EOS included."""
+    return log_prob / length_penalty(length, alpha, k)
+
+
+def empty_hypothesis() -> Hypothesis:
+    """What fills an n-best list that a search could not fill: EOS only, log P and score -inf."""
+    return Hypothesis([EOS_ID], [float("-inf")], float("-inf"), float("-inf"))
+
+
+def best_of(hyps: Iterable[Hypothesis], nbest: int) -> list[Hypothesis]:
+    """The ``nbest`` best of ``hyps`` by ``score``, best first (a stable sort: equal scores keep
+    their order). A search finishes at least ``nbest`` hypotheses unless every score is NaN or
+    -inf (a model with non-finite weights); the list is then filled up with
+    :func:`empty_hypothesis`, so that every sentence gets ``nbest``."""
+    ranked = sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest]
+    return ranked + [empty_hypothesis() for _ in range(nbest - len(ranked))]
 
 
 @dataclass(frozen=True)
@@ -52,7 +106,8 @@ class SearchOptions:
     early_stopping: the beam search's stopping rule (``attnmt.search.beam``). True: a sentence
         is done once ``round(beam_size x patience)`` hypotheses have finished (CTranslate2's,
         fairseq's and Hugging Face's rule). False: exact stopping, done once no open hypothesis
-        can still beat the ``nbest`` finished ones. Greedy search is the same under both.
+        can still beat the ``nbest`` finished ones (an optional feature, 'exact_stopping' in
+        :meth:`requested`: the CTranslate2 engine lacks it). Greedy search is the same under both.
     patience: the patience factor p >= 1 of early stopping (Kasai et al., 2022): wait for
         ``round(K x p)`` finished hypotheses instead of K. Only with ``early_stopping``.
     return_attention: also return the best hypothesis' encoder-decoder attention.
@@ -67,9 +122,11 @@ class SearchOptions:
         sentence. None = no streaming.
 
     Raises:
-        ValueError: beam_size < 1, nbest outside [1, beam_size], an unknown length_penalty_type,
-            negative length limits or k, a patience below 1 (or not finite), or a patience other
-            than 1 without early stopping.
+        ValueError: beam_size outside [1, C_INT_MAX], nbest outside [1, beam_size], an unknown
+            length_penalty_type, length limits or k negative, not finite or over C_INT_MAX, a
+            length penalty that is not finite, a patience below 1 (or not finite, or one whose
+            ``round(beam_size x patience)`` is over C_INT_MAX), or a patience other than 1
+            without early stopping. The message names the field.
     """
 
     beam_size: int = 1
@@ -87,16 +144,24 @@ class SearchOptions:
     on_step: Callable[[int, list[int]], bool] | None = None
 
     def __post_init__(self) -> None:
-        if self.beam_size < 1:
+        if isinstance(self.beam_size, numbers.Integral) and self.beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {self.beam_size}")
-        if not 1 <= self.nbest <= self.beam_size:
+        check_count(self.beam_size, "beam_size")
+        if not (isinstance(self.nbest, numbers.Integral) and 1 <= self.nbest <= self.beam_size):
             raise ValueError(f"nbest ({self.nbest}) must be between 1 and the beam size ({self.beam_size})")
         if self.length_penalty_type not in LENGTH_PENALTY_TYPES:
             raise ValueError(f"unknown length_penalty_type {self.length_penalty_type!r}; use gnmt or average")
         if self.max_len_a < 0 or self.max_len_b < 0 or self.length_penalty_k < 0:
             raise ValueError("max_len_a, max_len_b and length_penalty_k must not be negative")
+        check_real(self.max_len_a, "max_len_a")
+        check_count(self.max_len_b, "max_len_b", low=0)
+        check_real(self.length_penalty_k, "length_penalty_k")
+        check_real(self.length_penalty, "length_penalty", low=-C_INT_MAX)
         if not (math.isfinite(self.patience) and self.patience >= 1):
             raise ValueError(f"patience must be a number >= 1, got {self.patience}")
+        if self.early_stopping and self.beam_size * self.patience + 0.5 >= C_INT_MAX + 1:  # floats: cannot overflow
+            raise ValueError(f"patience {self.patience} is out of range: round(beam_size x patience) finished "
+                             f"hypotheses must be at most {C_INT_MAX} (beam_size {self.beam_size})")
         if self.patience != 1 and not self.early_stopping:
             raise ValueError(f"patience ({self.patience}) applies only to early stopping (early_stopping true)")
 
@@ -119,10 +184,28 @@ class SearchOptions:
         """One hypothesis per sentence from greedy search."""
         return self.beam_size == 1
 
+    def score(self, log_prob: float, length: int) -> float:
+        """What ranks a hypothesis of natural-log probability ``log_prob`` and ``length`` tokens
+        (EOS included), the rule of every engine: 'average': log P / |Y|; 'gnmt': log P in
+        greedy search (``beam_size`` 1), log P / lp(|Y|) in beam search (:func:`penalised_score`)."""
+        if self.length_penalty_type == "average":
+            return log_prob / max(length, 1)
+        if self.is_greedy:
+            return log_prob
+        return penalised_score(log_prob, length, self.length_penalty, self.length_penalty_k)
+
+    def best(self, hyps: Iterable[Hypothesis]) -> list[Hypothesis]:
+        """The ``nbest`` best of ``hyps`` by their ``score``, best first, filled up as
+        :func:`best_of` says."""
+        return best_of(hyps, self.nbest)
+
     def requested(self) -> frozenset[str]:
         """The option names this call needs an engine to honour: :data:`CORE_OPTIONS` and each
-        optional feature that is switched on."""
+        optional feature that is switched on ('exact_stopping': beam search without
+        ``early_stopping``)."""
         extra = {"return_attention"} if self.return_attention else set()
+        if not self.is_greedy and not self.early_stopping:
+            extra.add("exact_stopping")
         if self.constraints is not None and any(len(c) for c in self.constraints):
             extra.add("constraints")
         if self.on_step is not None:

@@ -171,7 +171,7 @@ class TranslationService:
         self.settings = settings
         self.languages = languages or translator.config.languages()
         self.multilingual = bool(translator.config.tokenizer.target_languages)
-        if self.multilingual:
+        if self.multilingual or None in self.languages:  # the config's: a many-to-one model reads several sources
             self.sources, self.targets = served_languages(translator.config)
         else:
             source, target = self.languages

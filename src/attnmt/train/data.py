@@ -36,7 +36,7 @@ from attnmt import rundir
 from attnmt.config import Config
 from attnmt.data import shards
 from attnmt.data.corpus import EncodedCorpus
-from attnmt.data.plan import GENERATOR, Buckets, Share, epoch_plan, epoch_size
+from attnmt.data.plan import GENERATOR, Buckets, Share, epoch_plan, epoch_size, sample_pairs
 from attnmt.data.prepare import changed_inputs, names_text, prepare, training_corpora
 from attnmt.data.tokenizers import Tokenizer, WordTokenizer
 from attnmt.errors import ConfigError, DataError
@@ -271,6 +271,28 @@ def sampled_corpora(config: Config, data: CorpusData) -> list[dict]:
         return corpora
     weights = temperature_weights([c["pairs"] for c in corpora], [c["weight"] for c in corpora], temperature)
     return [{**c, "weight": w} for c, w in zip(corpora, weights)]
+
+
+def check_epoch_sample(config: Config, data: CorpusData, world_size: int = 1) -> None:
+    """Before training: an epoch must give every one of ``world_size`` processes a batch, else
+    training would plan empty epochs forever.
+
+    Raises:
+        ConfigError: the corpus weights (after ``data.sampling_temperature``) sample no pair,
+            or the epoch holds fewer batches than there are processes (one line naming the keys).
+    """
+    corpora = sampled_corpora(config, data)
+    if sum(sample_pairs(c) for c in corpora) == 0:
+        weights = ", ".join(f"{c['name']} {c['weight']:g} x {c['pairs']} pairs" for c in corpora)
+        tempered = " (after data.sampling_temperature)" if config.data.sampling_temperature != 1.0 else ""
+        raise ConfigError(f"data.train: the weights{tempered} sample no training pair per epoch ({weights}); "
+                          "raise the weight of at least one data.train entry (1 takes each pair once)")
+    if world_size > 1:
+        batches = epoch_length(config, data, 0)
+        if batches < world_size:
+            raise ConfigError(f"an epoch holds {batches} batch(es), fewer than the {world_size} processes: lower "
+                              "train.batch_tokens (or train.batch_sentences), raise the data.train weights, or "
+                              "start fewer processes")
 
 
 def signature(config: Config, data: CorpusData) -> dict:

@@ -34,15 +34,15 @@ the world size (one process with accumulation makes a smaller last update of the
 rounding of the gradient sums.
 
 A stop signal (SIGINT, SIGTERM; torchrun forwards both to its workers as SIGTERM) only sets a
-flag (:class:`StopSignals`); the ranks add their flags up at the start of every update, so all
-of them stop at the same update boundary, rank 0 writes a resumable checkpoint, and every
-process exits. A second SIGINT in the same process raises ``KeyboardInterrupt`` at once.
-torchrun kills workers that have not exited 30 seconds after it forwarded a signal; a signal
-during a long validation (which rank 0 runs while the others wait) can hit that limit, and the
-checkpoint of the previous validation is then the one to resume from (files are written
-atomically, so none is torn).
+flag (:class:`attnmt.signals.StopSignals`); the ranks add their flags up at the start of every
+update, so all of them stop at the same update boundary, rank 0 writes a resumable checkpoint,
+and every process exits. A second SIGINT in the same process raises ``KeyboardInterrupt`` at
+once. A signal that reaches rank 0 during a validation (which it runs while the others wait)
+ends the evaluation at once; rank 0 tells the others, nothing is saved, and the checkpoint of
+the previous validation is the one to resume from (files are written atomically, so none is
+torn).
 
-Library: torch.distributed, torch.nn.parallel.DistributedDataParallel, signal.
+Library: torch.distributed, torch.nn.parallel.DistributedDataParallel.
 """
 
 from __future__ import annotations
@@ -51,9 +51,7 @@ import contextlib
 import datetime
 import logging
 import os
-import signal
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any, TypeVar
 
 import torch
@@ -247,37 +245,3 @@ def rank_seed(seed: int, rank: int, step: int) -> int:
     distinct per rank, for any random draw outside the updates (whose dropout masks come from
     :func:`batch_seed`)."""
     return (seed * 1_000_003 + rank) * 1_000_033 + step
-
-
-class StopSignals:
-    """Catch SIGINT and SIGTERM while training: the first sets :attr:`received` (the signal's
-    name) for the trainer to act on at the next update boundary; a second SIGINT raises
-    ``KeyboardInterrupt``. Use as a context manager; the previous handlers come back at exit.
-    Outside the main thread (where Python allows no handlers) it does nothing."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.received: str | None = None
-        self._previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
-        if self.received is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        if self.received is None:
-            log.warning("%s received: stopping at the end of this update with a resumable checkpoint", name)
-        self.received = self.received or name
-
-    def __enter__(self) -> "StopSignals":
-        try:
-            for s in self.SIGNALS:
-                self._previous[s] = signal.signal(s, self._handle)
-        except ValueError:  # not the main thread
-            self._previous.clear()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for s, handler in self._previous.items():
-            signal.signal(s, handler)
-        self._previous.clear()

@@ -90,7 +90,8 @@ def freeze(model: nn.Module, patterns: list[str]) -> list[str]:
     Returns:
         The names of the frozen parameters (each tensor once, by its first name).
     Raises:
-        ConfigError: a pattern that names no parameter.
+        ConfigError: a pattern that names no parameter, or patterns that freeze every
+            parameter (nothing would be left to train).
     """
     frozen: set[int] = set()
     for pattern in patterns:
@@ -105,4 +106,7 @@ def freeze(model: nn.Module, patterns: list[str]) -> list[str]:
         if id(p) in frozen:
             p.requires_grad_(False)
             names.append(name)
+    if patterns and not any(p.requires_grad for p in model.parameters()):
+        raise ConfigError(f"train.freeze leaves no parameter to train ({', '.join(patterns)} freeze them all); "
+                          "freeze fewer groups or patterns, or drop train.freeze")
     return names

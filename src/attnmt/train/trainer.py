@@ -37,7 +37,10 @@ at the precision that device supports (``attnmt.precision.training_precision``; 
 loss scaler on CUDA). Started by torchrun, the same loop runs data-parallel over several
 processes (``attnmt.train.distributed``: each rank's share of an update, the loss normalised
 by the whole update's target tokens, rank 0 alone writing and validating). SIGINT and SIGTERM
-stop every rank at the same update boundary with a resumable checkpoint.
+stop every rank at the same update boundary with a resumable checkpoint; during the setup
+(preparing the text), the planning of an epoch (one process) or an evaluation they stop it at
+once, keeping nothing half-done (``attnmt.signals``). Corpus weights that sample no pair, or a
+``train.freeze`` that leaves nothing to train, are refused before the first update.
 
 "Best" means higher validation BLEU, then lower perplexity.
 
@@ -78,11 +81,12 @@ from attnmt.evaluate import corpus_scores
 from attnmt.memory import peak_rss_mib
 from attnmt.model.transformer import Transformer, count_parameters, load_pretrained_embeddings
 from attnmt.precision import autocast, grad_scaler, training_precision
-from attnmt.search.batched import translate_ids
+from attnmt.search.batched import native_search
 from attnmt.search.options import SearchOptions
+from attnmt.signals import Interrupted, StopSignals, stop_point
 from attnmt.train import distributed, finetune
-from attnmt.train.data import (check_signature, epoch_length, epoch_share, open_training_data, signature,
-                               write_run_tokenizers)
+from attnmt.train.data import (check_epoch_sample, check_signature, epoch_length, epoch_share, open_training_data,
+                               signature, write_run_tokenizers)
 from attnmt.train.checkpoint import (EPOCH_WEIGHTS, LAST_STATE, STEP_WEIGHTS, average_weights, load_state,
                                      save_state, step_checkpoints)
 from attnmt.train.losses import (chunked_label_smoothed_cross_entropy, label_smoothed_cross_entropy,
@@ -299,7 +303,7 @@ class Trainer:
         self.run_tokens, self.run_seconds = 0, 0.0  # target tokens (all processes) and update time of this run
         self.bar: tqdm | None = None  # the progress bar, while run() runs
         self._last_lr = 0.0  # the learning rate of the latest update
-        self.signals = distributed.StopSignals()
+        self.signals = StopSignals()  # flag only; evaluation and (one process) planning stop at once
         self.interrupted_by: str | None = None  # the signal that stopped the run
         self.epoch_window = Window()  # loss and time of the epoch in progress
         self.last_valid: dict = {}  # the latest validation's result
@@ -314,6 +318,7 @@ class Trainer:
         self._epoch_batches: tuple[int, Share] | None = None  # (epoch, this process's batches), once per epoch
         if state is not None:
             check_signature(state.get("data"), signature(self.config, self.data), self.run_dir, allow_change)
+        check_epoch_sample(self.config, self.data, self.ranks.world_size)
         if self.ranks.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)  # after the corpus: a data error leaves no directory
             rundir.write_config(self.config, self.run_dir)
@@ -557,28 +562,50 @@ class Trainer:
 
     def _greedy_translations(self, data: EncodedCorpus, batch_size: int = 256) -> list[str]:
         """Detokenized greedy translations of ``data.src``, in order: the batch routine of
-        ``attnmt translate`` (``attnmt.search.batched.translate_ids``), with the decode config's
+        ``attnmt translate`` (``attnmt.search.batched.native_search``), with the decode config's
         length limits and a beam of 1."""
         options = SearchOptions.from_config(self.config.decode, beam_size=1, nbest=1)
-        hyps = translate_ids(self.model, [s + [EOS_ID] for s in data.src], options, batch_size, self.device)
+        hyps = native_search(self.model, [s + [EOS_ID] for s in data.src], options, batch_size, self.device)
         return [self.data.tgt_tok.decode([t for t in h.tokens if t != EOS_ID]) for [h] in hyps]
 
     def validate(self) -> dict:
         """Evaluate, keep the weights if they are the best so far, keep a step checkpoint for
         averaging, write the resumable state and log the result. Rank 0 does all of it; every
         rank gets its result, the count of validations without improvement and the time it
-        took (so that every rank takes the same stop decisions)."""
-        result = None
+        took (so that every rank takes the same stop decisions).
+
+        Raises:
+            Interrupted: (on every process) a stop signal reached rank 0 during the
+                evaluation, before anything was written.
+        """
+        result = stopped = None
         if self.ranks.is_main:
-            result = self._validate_and_save()
-        result, self.state.bad_validations, self.valid_seconds = distributed.broadcast(
-            (result, self.state.bad_validations, self.valid_seconds), self.device)
+            try:
+                result = self._validate_and_save()
+            except Interrupted as e:
+                stopped = e.signal_name
+        result, self.state.bad_validations, self.valid_seconds, stopped = distributed.broadcast(
+            (result, self.state.bad_validations, self.valid_seconds, stopped), self.device)
+        if stopped:
+            raise Interrupted(stopped)
         self.last_valid = result
         return result
 
+    def _evaluate_or_stop(self) -> dict:
+        """:meth:`evaluate`, which a stop signal ends at once (it writes nothing).
+
+        Raises:
+            Interrupted: a signal arrived before or during the evaluation.
+        """
+        try:
+            with self.signals.raising():
+                return self.evaluate()
+        finally:
+            self.model.train()
+
     def _validate_and_save(self) -> dict:
         t0 = time.monotonic()
-        result = self.evaluate()
+        result = self._evaluate_or_stop()
         self.valid_seconds = time.monotonic() - t0
         s, step = self.state, self.state.step
         improved = self._keep_if_best(result, {"step": str(step)})
@@ -653,7 +680,7 @@ class Trainer:
         backup = {k: v.clone() for k, v in self.model.state_dict().items()}
         averaged = {k: v.to(self.device) for k, v in average_weights(self.step_ckpts).items()}
         self.model.load_state_dict(averaged, strict=False)
-        result = self.evaluate()
+        result = self._evaluate_or_stop()
         improved = self._keep_if_best(result, {"step": str(self.state.step), "averaged": str(len(self.step_ckpts))})
         self.metrics.write("average", step=self.state.step, checkpoints=len(self.step_ckpts), **result,
                            best=improved)
@@ -780,14 +807,42 @@ class Trainer:
 
     def run(self) -> TrainResult:
         """Train until a stop condition, validate a last time, average checkpoints if configured.
-        A stop signal instead ends with a resumable checkpoint and no final validation.
+        A stop signal (SIGINT, SIGTERM) instead ends with a resumable checkpoint at the update
+        boundary and no final validation; one during an evaluation ends it at once and saves
+        nothing, so the checkpoint of the previous validation is the one to resume from.
 
         A resumed run that had stopped and whose stop condition still holds skips training (and
         the final validation, which it did); a finished one does nothing more.
 
         Returns:
-            The run's :class:`TrainResult` (on every process).
+            The run's :class:`TrainResult` (on every process); ``interrupted_by`` names the
+            signal that stopped it, if any.
         """
+        with self.signals:
+            try:
+                return self._run()
+            except Interrupted as e:  # during an evaluation: its result is dropped
+                self.interrupted_by = e.signal_name
+                if self.bar is not None:
+                    self.bar.close()
+                return self._end_interrupted(f"interrupted by {e.signal_name} during validation", save=False)
+
+    def _end_interrupted(self, reason: str, save: bool) -> TrainResult:
+        """The end of a run that a stop signal interrupted: with ``save`` a resumable checkpoint
+        of the update boundary reached, else nothing saved (the last checkpoint stays the one to
+        resume from); an 'interrupted' record, which a resume cuts off."""
+        result = self._result(reason)
+        if self.ranks.is_main:
+            if save:
+                self.save_checkpoint()  # before the record, which a resume then cuts off
+            self.metrics.write("interrupted", **asdict(result), processes=self.ranks.world_size)
+            log.warning("%s at step %d: %s; continue with --resume", reason, self.state.step,
+                        "resumable checkpoint saved" if save else
+                        f"nothing saved since the last checkpoint ({self.run_dir / LAST_STATE})")
+        distributed.barrier()
+        return result
+
+    def _run(self) -> TrainResult:
         tc, s = self.config.train, self.state
         if s.stop_reason is not None and self.due_stop() is None:  # resumed with a larger budget
             s.stop_reason, s.finished = None, False
@@ -800,13 +855,7 @@ class Trainer:
                 self.validate()
             reason = self._train_until_stop()
             if self.interrupted_by:  # a stop signal: a resumable checkpoint, no final validation
-                result = self._result(reason)
-                if self.ranks.is_main:
-                    self.save_checkpoint()  # before the record, which a resume then cuts off
-                    self.metrics.write("interrupted", **asdict(result), processes=self.ranks.world_size)
-                    log.warning("resumable checkpoint saved at step %d; continue with --resume", s.step)
-                distributed.barrier()
-                return result
+                return self._end_interrupted(reason, save=True)
             s.stop_reason = reason
             self.validate()  # its saved state records the stop: a resume goes on from here
         else:
@@ -838,18 +887,32 @@ class Trainer:
         self.bar = tqdm(total=tc.max_steps, initial=s.step, disable=None if self.progress_bar and self.ranks.is_main
                         else True, unit="upd", dynamic_ncols=True, desc="train")
         reason = self.due_stop() if s.step else None
-        with self.signals:
-            while reason is None:
-                self.epoch_window = Window()
-                reason = self._run_epoch(self.epoch_batches(s.epoch))
-                if reason is None:
-                    self.end_epoch()
-                    s.epoch, s.batch_in_epoch = s.epoch + 1, 0
-                    if tc.max_epochs and s.epoch >= tc.max_epochs:
-                        reason = f"reached max_epochs {tc.max_epochs}"
-            self.bar.close()
-            log.info("stopping: %s", reason)
+        while reason is None:
+            self.epoch_window = Window()
+            batches = self._plan_epoch()
+            reason = f"interrupted by {self.interrupted_by}" if batches is None else self._run_epoch(batches)
+            if reason is None:
+                self.end_epoch()
+                s.epoch, s.batch_in_epoch = s.epoch + 1, 0
+                if tc.max_epochs and s.epoch >= tc.max_epochs:
+                    reason = f"reached max_epochs {tc.max_epochs}"
+        self.bar.close()
+        log.info("stopping: %s", reason)
         return reason
+
+    def _plan_epoch(self) -> Share | None:
+        """This process's batches of the epoch in progress (:meth:`epoch_batches`), or None when
+        a stop signal came before or during the planning (then :attr:`interrupted_by` is set).
+        Under torchrun every process plans the whole epoch: the processes agree on a stop at
+        the next update's start."""
+        if self.ranks.distributed:
+            return self.epoch_batches(self.state.epoch)
+        try:
+            with self.signals.raising():
+                return self.epoch_batches(self.state.epoch)
+        except Interrupted as e:
+            self.interrupted_by = e.signal_name
+            return None
 
     def _result(self, reason: str | None = None) -> TrainResult:
         s, planned = self.state, self._epoch_batches
@@ -866,13 +929,21 @@ def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: s
     """``Trainer(config, run_dir, resume, data_dir, progress, allow_data_change).run()`` (see :class:`Trainer`),
     then leave the process group, if torchrun started this process.
 
+    A stop signal during the setup (preparing the text, building the model) ends it at once:
+    what it prepares is staged and every file it writes is renamed into place, so nothing
+    half-written is left.
+
     Raises:
         ConfigError: the configuration has no data section (an imported model's, say).
+        Interrupted: SIGINT or SIGTERM during the setup.
     """
     if config.data is None:
         raise ConfigError("the configuration has no data section: nothing to train on")
+    stop_point()  # a stop that the caller's work (a distillation) received but did not raise
     try:
-        return Trainer(config, run_dir, resume, data_dir, progress, allow_data_change).run()
+        with StopSignals(raising=True):
+            trainer = Trainer(config, run_dir, resume, data_dir, progress, allow_data_change)
+            return trainer.run()  # its own flag-only handlers while it trains
     finally:
         distributed.shutdown()
 

@@ -28,6 +28,20 @@ export function lengthPenalty(length, alpha, k = 5.0) {
   return ((k + length) / (k + 1.0)) ** alpha;
 }
 
+/**
+ * The score that ranks a hypothesis, attnmt.search.options.SearchOptions.score in float64:
+ * 'average': log P / |Y|; 'gnmt': log P in greedy search (beamSize 1), log P / lengthPenalty(|Y|)
+ * in beam search. |Y| counts EOS.
+ * @param {number} logProb natural-log probability of the hypothesis
+ * @param {number} length its tokens, EOS included
+ * @param {{lengthPenaltyType?: string, beamSize: number, alpha?: number, k?: number}} opts
+ */
+export function searchScore(logProb, length, { lengthPenaltyType = "gnmt", beamSize, alpha = 0.6, k = 5.0 }) {
+  if (lengthPenaltyType === "average") return logProb / Math.max(length, 1);
+  if (beamSize === 1) return logProb;
+  return logProb / lengthPenalty(length, alpha, k);
+}
+
 /** Index of the largest value of row r of a (R, V) array (the first one on ties, as torch.max). */
 function argmaxRow(values, r, V) {
   let best = r * V;
@@ -52,12 +66,14 @@ function topIndices(count, n, score) {
 }
 
 /**
- * Greedy search: at each step the most probable token; at the length limit EOS.
+ * Greedy search: at each step the most probable token; at the length limit EOS. Scored by
+ * searchScore (log P, or log P / |Y| with lengthPenaltyType 'average').
  * @param decoder see the module comment (one row)
- * @param {{startId: number, eosId: number, limit: number, onStep?: (tokens: number[]) => void}} opts
+ * @param {{startId: number, eosId: number, limit: number, lengthPenaltyType?: string,
+ *          onStep?: (tokens: number[]) => void}} opts
  * @returns {Promise<{tokens: number[], tokenLogProbs: number[], logProb: number, score: number, attention: Float32Array[]}>}
  */
-export async function greedySearch(decoder, { startId, eosId, limit, onStep }) {
+export async function greedySearch(decoder, { startId, eosId, limit, lengthPenaltyType = "gnmt", onStep }) {
   const tokens = [], lps = [], attention = [];
   let last = startId;
   for (let step = 1; ; step++) {
@@ -74,7 +90,8 @@ export async function greedySearch(decoder, { startId, eosId, limit, onStep }) {
   }
   let sum = 0;
   for (const lp of lps) sum = Math.fround(sum + lp);
-  return { tokens, tokenLogProbs: lps, logProb: sum, score: sum, attention };
+  return { tokens, tokenLogProbs: lps, logProb: sum, score: searchScore(sum, tokens.length, { lengthPenaltyType, beamSize: 1 }),
+           attention };
 }
 
 /**
@@ -88,20 +105,22 @@ export function finishedWanted(K, patience) {
 /**
  * Beam search (attnmt.search.beam): K open hypotheses (one, BOS, at the first step, so the first
  * step runs on one row); of the 2K best one-token extensions, the EOS ones ranked within the first
- * K finish (ranked by log P / lp(|Y|)), the K best others stay open. Two stopping rules, as
+ * K finish (ranked by searchScore), the K best others stay open. Two stopping rules, as
  * SearchOptions.early_stopping: exact (the default) stops at the length limit, where every open
  * hypothesis gets EOS, or once the best finished hypothesis cannot be beaten by an open one:
- * s / max(lp(t + 1), lp(limit)) <= best finished score. Early stopping (CTranslate2's rule)
+ * max(score(s, t + 1), score(s, limit)) <= best finished score. Early stopping (CTranslate2's rule)
  * stops once finishedWanted(K, patience) hypotheses have finished; at the length limit the K best
  * extensions finish as they are (a hypothesis cut there has no EOS).
  * @param decoder see the module comment (1 row at the first step, then K)
- * @param {{beamSize: number, startId: number, eosId: number, limit: number, alpha: number, k: number,
- *          earlyStopping?: boolean, patience?: number, onStep?: (bestOpen: number[]) => void}} opts
+ * @param {{beamSize: number, startId: number, eosId: number, limit: number, lengthPenaltyType?: string,
+ *          alpha: number, k: number, earlyStopping?: boolean, patience?: number,
+ *          onStep?: (bestOpen: number[]) => void}} opts
  * @returns {Promise<{tokens, tokenLogProbs, logProb, score, attention}>} the best hypothesis
  */
-export async function beamSearch(decoder, { beamSize: K, startId, eosId, limit, alpha, k, earlyStopping = false,
-                                            patience = 1.0, onStep }) {
+export async function beamSearch(decoder, { beamSize: K, startId, eosId, limit, lengthPenaltyType = "gnmt", alpha, k,
+                                            earlyStopping = false, patience = 1.0, onStep }) {
   const width = 2 * K;
+  const score = (logProb, length) => searchScore(logProb, length, { lengthPenaltyType, beamSize: K, alpha, k });
   const wanted = earlyStopping ? finishedWanted(K, patience) : null;
   let scores = [0];  // one open hypothesis, BOS; K after the first step
   let hist = [{ tokens: [], lps: [], att: [] }];
@@ -132,7 +151,7 @@ export async function beamSearch(decoder, { beamSize: K, startId, eosId, limit, 
       const h = hist[e.row];
       const tokens = [...h.tokens, e.token];
       finished.push({ tokens, tokenLogProbs: [...h.lps, e.lp], logProb: e.score,
-                      score: e.score / lengthPenalty(tokens.length, alpha, k),
+                      score: score(e.score, tokens.length),
                       attention: attention ? [...h.att, attRow(e.row)] : [] });
     });
     // The K best non-EOS extensions stay open, in rank order (EOS ones only at the limit).
@@ -143,7 +162,7 @@ export async function beamSearch(decoder, { beamSize: K, startId, eosId, limit, 
       done = finished.length >= wanted;
     } else if (!done && finished.length >= 1) {
       const bestFinished = Math.max(...finished.map((h) => h.score));
-      done = bestOpen / Math.max(lengthPenalty(t + 1, alpha, k), lengthPenalty(limit, alpha, k)) <= bestFinished;
+      done = Math.max(score(bestOpen, t + 1), score(bestOpen, limit)) <= bestFinished;
     }
     if (done) break;
     const kept = open.map((e) => e.row);

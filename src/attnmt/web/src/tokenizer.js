@@ -27,7 +27,13 @@ export class Tokenizer {
     this.sp = sp;
     this.vocab = pieces;
     this.mapped = mapped;
-    this.ids = mapped ? new Map(pieces.map((p, i) => [p, i])) : null;
+    // Text SentencePiece leaves unknown comes out as its own characters: it must not be looked up
+    // among the vocabulary's reserved entries (padding, unknown, end, OPUS-MT's >>fra<< tags), as
+    // in Python's VocabTokenizer.
+    const reserved = new Set([PAD_ID, UNK_ID, EOS_ID].map((i) => pieces[i]));
+    const isTag = (p) => p.length > 4 && p.startsWith(">>") && p.endsWith("<<");
+    this.ids = mapped ? new Map(pieces.map((p, i) => [p, i]).filter(([p]) => !reserved.has(p) && !isTag(p)))
+      : null;
   }
 
   /** @param {Uint8Array | ArrayBuffer} modelBytes the .model file */

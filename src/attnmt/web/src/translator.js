@@ -288,13 +288,12 @@ export class Translator {
     for (let l = 0; l < L; l++) srcKV.push(encoded[`src_key_${l}`], encoded[`src_value_${l}`]);
     const decoder = new BatchDecoder(this.ort, this.decoder, L, srcKV, mask);
     const report = onStep ? (ids) => onStep({ text: this.tgtTokenizer.decode(ids), pieces: this.tgtTokenizer.pieces(ids) }) : undefined;
-    const average = dc.length_penalty_type === "average";  // log P / |Y|: alpha 1, k 0
     return decoder.searchEach((view, i) => {
       const limit = maxOutputLength(sources[i].length, dc.max_len_a, dc.max_len_b, this.config.model.max_positions - 1);
-      const common = { startId: this.config.model.decoder_start_id, eosId: EOS_ID, limit, onStep: report };
+      const common = { startId: this.config.model.decoder_start_id, eosId: EOS_ID, limit, onStep: report,
+                       lengthPenaltyType: dc.length_penalty_type ?? "gnmt" };
       return K === 1 ? greedySearch(view, common)
-        : beamSearch(view, { ...common, beamSize: K, alpha: average ? 1.0 : dc.length_penalty,
-                             k: average ? 0.0 : dc.length_penalty_k,
+        : beamSearch(view, { ...common, beamSize: K, alpha: dc.length_penalty, k: dc.length_penalty_k,
                              earlyStopping: dc.early_stopping ?? false, patience: dc.patience ?? 1.0 });
     });
   }

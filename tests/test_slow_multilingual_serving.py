@@ -1,4 +1,4 @@
-"""A trained multilingual model served and in the browser (issue 41's serving checks).
+"""A trained multilingual model served and in the browser.
 
 Three checks on a real model directory, each printed as one JSON line, then a summary:
 
@@ -13,32 +13,33 @@ Three checks on a real model directory, each printed as one JSON line, then a su
   (from English, or from German into English) comes out as the native translation. A
   screenshot of the page after its last translation is kept in WORK/page.png.
 
-Usage (from the repository root, after ``attnmt train configs/multi30k_multilingual.yaml
---output runs/multilingual``):
-    .venv/bin/python benchmarks/multilingual_serving.py --model runs/multilingual --data "$ATTNMT_DATA"
-Exit status 1 when a check fails.
+A slow test: ``python -m pytest -m slow tests/test_slow_multilingual_serving.py`` (the README's
+``python -m pytest -q`` leaves it out). Its size flags go in ``ATTNMT_SLOW_MULTILINGUAL_SERVING``, e.g.
+``ATTNMT_SLOW_MULTILINGUAL_SERVING='--model runs/multilingual --sentences 20'``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from attnmt.decode.translator import Translator  # noqa: E402
 from attnmt.languages import corpus_directions, served_languages  # noqa: E402
-from benchmarks.load_test import start_server  # noqa: E402
-from benchmarks.multilingual import read  # noqa: E402
-from benchmarks.presets import machine  # noqa: E402
-from benchmarks.web import CHROMIUM_FLAGS, _serve  # noqa: E402
+from harness import machine, read_lines  # noqa: E402
+from suite_serve import start_server  # noqa: E402
+from suite_web import CHROMIUM_FLAGS, serve_static  # noqa: E402
 
 
 def check_server(model: Path, tr: Translator, data: Path, sentences: int) -> list[dict]:
@@ -55,7 +56,7 @@ def check_server(model: Path, tr: Translator, data: Path, sentences: int) -> lis
                     "directions": len(pairs), "trained_directions": len(trained)}]
         api = LibreTranslateAPI(url + "/")
         for src, tgt in (("de", "en"), ("en", "fr")):
-            texts = read(data, src, sentences)
+            texts = read_lines(data / "multi30k" / f"test_2016_flickr.{src}.gz", sentences)
             served = [api.translate(text, src, tgt) for text in texts]
             native = [t.text for t in tr.translate(texts, tgt_lang=tgt)]
             same = sum(a == b for a, b in zip(served, native))
@@ -74,7 +75,7 @@ def check_page(model: Path, tr: Translator, data: Path, work: Path, chromium: st
     shutil.rmtree(site, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "attnmt", "-q", "export", "web", "--model", str(model), "--output",
                     str(site)], check=True)
-    server, url = _serve(site, False)
+    server, url = serve_static(site, False)
     results = []
     try:
         with sync_playwright() as p:
@@ -88,7 +89,7 @@ def check_page(model: Path, tr: Translator, data: Path, work: Path, chromium: st
                             "ok": offered == list(tr.config.tokenizer.target_languages)})
             for tgt in offered:
                 src = "de" if tgt == "en" else "en"
-                text = read(data, src, 1)[0]
+                text = read_lines(data / "multi30k" / f"test_2016_flickr.{src}.gz", 1)[0]
                 page.select_option("#tgt-lang", tgt)
                 page.fill("#source", text)
                 page.evaluate("delete document.getElementById('translation').dataset.text")
@@ -105,14 +106,14 @@ def check_page(model: Path, tr: Translator, data: Path, work: Path, chromium: st
     return results
 
 
-def main() -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True, type=Path, help="the multilingual model directory")
-    ap.add_argument("--data", required=True, type=Path, help="the directory holding multi30k/")
+    ap.add_argument("--model", default="runs/multilingual", type=Path, help="the multilingual model directory")
     ap.add_argument("--sentences", type=int, default=20, help="test lines sent through libretranslatepy per direction")
     ap.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "work" / "multilingual")
     ap.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
-    args = ap.parse_args()
+    ap.add_argument("--data", type=Path, default=os.environ.get("ATTNMT_DATA"))
+    args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     tr = Translator.from_dir(args.model)
     results = check_server(args.model, tr, args.data, args.sentences)
@@ -121,8 +122,12 @@ def main() -> None:
         print(json.dumps(r, ensure_ascii=False), flush=True)
     failed = [r["check"] for r in results if not r["ok"]]
     print(json.dumps({"machine": machine(), "model": str(args.model), "failed": failed}))
-    sys.exit(1 if failed else 0)
+    return 1 if failed else 0
 
 
-if __name__ == "__main__":
-    main()
+@pytest.mark.slow
+def test_multilingual_serving():
+    argv = shlex.split(os.environ.get("ATTNMT_SLOW_MULTILINGUAL_SERVING", ""))
+    if not os.environ.get("ATTNMT_DATA") or "--model" not in argv and not Path("runs/multilingual").exists():
+        pytest.skip("needs ATTNMT_DATA and a trained multilingual model (--model)")
+    assert main(argv) == 0

@@ -1,6 +1,6 @@
 """Control over the output on Multi30k de->en: constraints, alignments (docs/control.md).
 
-Three measurements with a trained de->en model directory, in one process:
+Three measurements with a trained de->en model directory (``--model``), in one process:
 
 1. Terminology constraints on the first ``--sentences`` sentences of test_2016_flickr. Each
    sentence gets 1 or 2 phrases (chosen at random, seeded) drawn from its reference: a
@@ -11,37 +11,28 @@ Three measurements with a trained de->en model directory, in one process:
    with and without the constraints, and the decode seconds of both (beam ``--beam-size``).
 2. The alignment layer: word alignments (``attnmt.decode.alignment``) of each decoder layer on
    the reference translations (forced decoding) of hand-checked test_2016 sentences against
-   hand-made links of their content words (:data:`GOLD`); the share of annotated target words
-   whose aligned source word is a gold one, per layer.
-3. The README sentence "Ein Mann fährt mit dem Fahrrad die Straße entlang.": its translation
-   and word alignment at the default layer.
-4. Streaming: on the longest test_2016 sentence, the seconds until the first word is final
+   hand-made links of their content words (:data:`GOLD`, and the README sentence); the share of
+   annotated target words whose aligned source word is a gold one, per layer.
+3. Streaming: on the longest test_2016 sentence, the seconds until the first word is final
    (``Translator.translate(on_step=...)`` with ``attnmt.serve.stream.WordStream``, as the
    server streams) against the seconds of the whole translation, greedy and beam.
 
-Prints a Markdown table per measurement and one JSON object.
-
-Usage (from the repository root):
-    .venv/bin/python benchmarks/control.py --model "$ATTNMT_DE_EN_MODEL" --data "$ATTNMT_DATA"
+Records each figure: ``python -m benchmarks quality --part control --model runs/de-en``.
 """
 
 from __future__ import annotations
 
-import argparse
-import gzip
-import json
-import os
 import random
 import re
 import time
 from pathlib import Path
 
-from attnmt.config import DEFAULT_ALIGNMENT_LAYER
 from attnmt.data.tokenizers import EOS_ID
-from attnmt.decode.alignment import align_words, format_alignment, word_ids
+from attnmt.decode.alignment import align_words, word_ids
 from attnmt.decode.translator import Translator
 from attnmt.evaluate import corpus_scores
 from attnmt.serve.stream import WordStream
+from harness import read_lines, record
 
 README_SENTENCE = "Ein Mann fährt mit dem Fahrrad die Straße entlang."
 
@@ -58,11 +49,6 @@ GOLD = {
     11: "0-0 1-1 2-2 3-3 4-4 5-5 6-6 7-7 8-8 9-9 11-10",
 }
 README_REFERENCE = ("A man rides a bike down the street.", "0-0 1-1 2-2 5-4 6-6 7-7")
-
-
-def _lines(path: Path, limit: int | None = None) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return f.read().splitlines()[:limit]
 
 
 def _word(w: str) -> str:
@@ -149,50 +135,39 @@ def streaming_figure(tr: Translator, sentence: str, beam_size: int) -> dict:
             if first else None, "total_s": round(total, 3)}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", default=os.environ.get("ATTNMT_DE_EN_MODEL", "runs/de-en"))
-    p.add_argument("--data", default=os.environ.get("ATTNMT_DATA"), help="directory holding multi30k/")
-    p.add_argument("--sentences", type=int, default=200)
-    p.add_argument("--beam-size", type=int, default=5)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--threads", type=int, default=2)
-    args = p.parse_args()
-    if not args.data:
-        raise SystemExit("give --data or set ATTNMT_DATA")
+def add_arguments(p) -> None:
+    p.add_argument("--sentences", type=int, default=200, help="control: test sentences given constraints")
+    p.add_argument("--beam-size", type=int, default=5, help="control")
+    p.add_argument("--threads", type=int, default=2, help="control")
+
+
+def run(args) -> None:
+    """Constraints, the alignment layer and streaming, each figure recorded."""
     import torch
 
+    if args.smoke:
+        args.sentences = 5
     torch.set_num_threads(args.threads)
     data = Path(args.data) / "multi30k"
-    tr = Translator.from_dir(args.model)
-    src = _lines(data / "test_2016_flickr.de.gz", args.sentences)
-    ref = _lines(data / "test_2016_flickr.en.gz", args.sentences)
+    tr = Translator.from_dir(args.model or "runs/de-en")
+    src = read_lines(data / "test_2016_flickr.de.gz", args.sentences)
+    ref = read_lines(data / "test_2016_flickr.en.gz", args.sentences)
     cons = constraints_figure(tr, src, ref, args.beam_size, args.seed)
-    all_src, all_ref = _lines(data / "test_2016_flickr.de.gz", 12), _lines(data / "test_2016_flickr.en.gz", 12)
+    all_src, all_ref = read_lines(data / "test_2016_flickr.de.gz", 12), read_lines(data / "test_2016_flickr.en.gz", 12)
     pairs = [(all_src[n - 1], all_ref[n - 1], g) for n, g in GOLD.items()] + [(README_SENTENCE, *README_REFERENCE)]
     layers = layer_figure(tr, pairs)
-    readme = tr.translate([README_SENTENCE], beam_size=args.beam_size, alignments=True)[0]
-    longest = max(_lines(data / "test_2016_flickr.de.gz"), key=len)
+    longest = max(read_lines(data / "test_2016_flickr.de.gz"), key=len)
     stream = [streaming_figure(tr, longest, k) for k in (1, args.beam_size)]
-    src_words, tgt_words = README_SENTENCE.split(), readme.text.split()
-    named = [f"{src_words[i]}-{tgt_words[j]}" for i, j in readme.alignment]
-    print(f"| sentences | phrases (bigrams) | present (tokens / text) | BLEU without | BLEU with | seconds without / with |\n"
-          f"| ---: | ---: | ---: | ---: | ---: | ---: |\n"
-          f"| {cons['sentences']} | {cons['phrases']} ({cons['bigrams']}) | {cons['present_tokens']:.1%} / "
-          f"{cons['present_text']:.1%} | {cons['bleu_plain']:.2f} | {cons['bleu_constrained']:.2f} | "
-          f"{cons['seconds_plain']} / {cons['seconds_constrained']} |\n")
-    print("| layer | " + " | ".join(map(str, layers["accuracy_by_layer"])) + " |\n| --- |"
-          + " ---: |" * len(layers["accuracy_by_layer"]) + "\n| gold links hit |"
-          + " | ".join(f"{a:.1%}" for a in layers["accuracy_by_layer"].values()) + " |\n")
-    print(f"{README_SENTENCE} -> {readme.text}\nalignment (layer {DEFAULT_ALIGNMENT_LAYER}): "
-          f"{format_alignment(readme.alignment)}  ({' '.join(named)})\n")
-    print("| beam | words | first word s | whole translation s |\n| ---: | ---: | ---: | ---: |\n" + "\n".join(
-        f"| {r['beam_size']} | {r['words']} | {r['first_word_s']} | {r['total_s']} |" for r in stream) + "\n")
-    print(json.dumps({"constraints": cons, "alignment_layers": layers, "streaming": stream,
-                      "longest_sentence": longest, "readme": {
-        "translation": readme.text, "alignment": format_alignment(readme.alignment), "words": named}},
-        ensure_ascii=False))
-
-
-if __name__ == "__main__":
-    main()
+    section = "Terminology constraints"
+    record(args, "quality", section, "phrases present in the output (as tokens / as text)",
+           f"{cons['present_tokens']:.1%} / {cons['present_text']:.1%}", column="with constraints")
+    for column, kind in (("without constraints", "plain"), ("with constraints", "constrained")):
+        record(args, "quality", section, f"sacreBLEU ({cons['sentences']} sentences)", round(cons[f"bleu_{kind}"], 2),
+               column=column)
+        record(args, "quality", section, f"decode seconds ({cons['sentences']} sentences, {args.threads} threads)",
+               cons[f"seconds_{kind}"], column=column)
+    for layer, share in layers["accuracy_by_layer"].items():
+        record(args, "quality", "Word alignment layer", "gold links hit", f"{share:.1%}", column=f"layer {layer}")
+    for r in stream:
+        record(args, "quality", "Streaming: first word", "first word s / whole translation s",
+               f"{r['first_word_s']} / {r['total_s']}", column="greedy" if r["beam_size"] == 1 else f"beam {r['beam_size']}")

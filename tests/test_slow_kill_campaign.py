@@ -17,11 +17,9 @@ model, config.yaml, and every line of train_log.jsonl but a torn last one. At th
 must equal the reference: the same weights (state and model.safetensors, bit for bit), the
 same optimizer state, and the same log records (wall-clock numbers aside), so no record twice.
 
-Usage (from the repository root, ATTNMT_DATA or --data-dir pointing at the data):
-    python benchmarks/kill_campaign.py --kills 50
-    python benchmarks/kill_campaign.py --kills 10 --max-steps 60 --d-model 32   # quicker
-
-Prints one JSON summary line (also written to WORK/summary.json); exits 1 if a check fails.
+A slow test: ``python -m pytest -m slow tests/test_slow_kill_campaign.py`` (the README's
+``python -m pytest -q`` leaves it out). Its size flags go in ``ATTNMT_SLOW_KILL_CAMPAIGN``, e.g.
+``ATTNMT_SLOW_KILL_CAMPAIGN='--kills 10 --max-steps 60 --d-model 32'``.
 """
 
 from __future__ import annotations
@@ -31,6 +29,7 @@ import gzip
 import json
 import os
 import random
+import shlex
 import shutil
 import signal
 import subprocess
@@ -38,6 +37,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
@@ -238,5 +238,8 @@ def main(argv=None) -> int:
     return 0 if ok else 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+@pytest.mark.slow
+def test_kill_campaign():
+    if not os.environ.get("ATTNMT_DATA"):
+        pytest.skip("needs ATTNMT_DATA (the folder holding multi30k/)")
+    assert main(shlex.split(os.environ.get("ATTNMT_SLOW_KILL_CAMPAIGN", ""))) == 0

@@ -3,7 +3,7 @@ killed with SIGKILL, the run resumed, against the same run uninterrupted.
 
 Steps (K shuffled copies of Multi30k train de-en, K=350 by default: 10,150,000 pairs):
 
-1. ``attnmt prepare --workers 2`` of the copies (``benchmarks/corpora.py``'s corpus and
+1. ``attnmt prepare --workers 2`` of the copies (``benchmarks/suite_data.py``'s corpus and
    configuration: the de-en preset's model, d_model 256, 3+3 layers, 8k joint vocabulary,
    the noam schedule, no validation set), a checkpoint every ``--valid-every`` updates.
 2. Run A: ``torchrun --nproc_per_node 2 -m attnmt train`` for ``--minutes`` minutes, then
@@ -15,10 +15,9 @@ Steps (K shuffled copies of Multi30k train de-en, K=350 by default: 10,150,000 p
    learning rate, epoch) are equal, and so are their final checkpoints (the model, Adam's
    moments and step counts, the schedule, the random state, tensor by tensor, bit for bit).
 
-Usage (from the repository root; ATTNMT_DATA or --data-dir holds multi30k/):
-    python benchmarks/torchrun_resume.py --k 350 --minutes 10 --next 50
-
-Prints one JSON line (also WORK/summary.json); exits 1 if a check fails.
+A slow test: ``python -m pytest -m slow tests/test_slow_torchrun_resume.py`` (the README's
+``python -m pytest -q`` leaves it out). Its size flags go in ``ATTNMT_SLOW_TORCHRUN_RESUME``, e.g.
+``ATTNMT_SLOW_TORCHRUN_RESUME='--k 1 --minutes 1 --next 3 --valid-every 2'``.
 """
 
 from __future__ import annotations
@@ -26,17 +25,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpora import REPO, write_config, write_corpus  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from suite_data import REPO, write_config, write_corpus  # noqa: E402
 
 COMPARED = ("loss", "ppl", "lr", "epoch", "processes")  # the log fields that must be equal (not timings)
 
@@ -173,5 +174,8 @@ def main(argv=None) -> int:
     return 0 if summary["ok"] else 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+@pytest.mark.slow
+def test_torchrun_resume():
+    if not os.environ.get("ATTNMT_DATA"):
+        pytest.skip("needs ATTNMT_DATA (the folder holding multi30k/)")
+    assert main(shlex.split(os.environ.get("ATTNMT_SLOW_TORCHRUN_RESUME", ""))) == 0

@@ -1,0 +1,122 @@
+"""Does fine-tuning pay? Multi30k de->en split in two halves, a budget counted in updates.
+
+Multi30k train is split into halves A and B by a seeded shuffle (files in a temporary work
+directory, never in the repository). Three runs of the de->en preset (configs/multi30k_de_en.yaml:
+its model, tokenizer and batching; an update-count budget with an inverse-square-root schedule
+instead of its wall-clock one, so that other load on the machine cannot change what is trained):
+
+  half-A     half A, for half the budget (its own SentencePiece model)
+  A -> B     half-A's model fine-tuned on half B for the other half (train.init_from)
+  B alone    half B, for the whole budget
+
+Each is scored on test_2016_flickr (sacreBLEU, the preset's beam search) with ``attnmt
+evaluate``. Records each run (``python -m benchmarks quality --part finetune --updates 3000 --set model.d_model=128 ...``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import yaml
+
+from attnmt.config import apply_overrides
+import harness as h
+
+REPO = Path(__file__).resolve().parents[1]
+PRESET = REPO / "configs" / "multi30k_de_en.yaml"
+
+
+def split_halves(data: Path, work: Path, seed: int, limit: int | None = None) -> dict[str, tuple[Path, Path]]:
+    """Write train halves A and B (a seeded shuffle of Multi30k train, its first ``limit`` pairs) into ``work``."""
+    de, en = (h.read_lines(data / "multi30k" / f"train.{x}.gz", limit) for x in ("de", "en"))
+    order = list(range(len(de)))
+    random.Random(seed).shuffle(order)
+    halves = {"A": order[: len(order) // 2], "B": order[len(order) // 2:]}
+    files = {}
+    for name, idx in halves.items():
+        src, tgt = work / f"half{name}.de", work / f"half{name}.en"
+        src.write_text("".join(de[i] + "\n" for i in idx), encoding="utf-8")
+        tgt.write_text("".join(en[i] + "\n" for i in idx), encoding="utf-8")
+        files[name] = (src, tgt)
+    return files
+
+
+def config(half: tuple[Path, Path], data: Path, args, updates: int, lr: float, warmup: int,
+           init_from: Path | None = None) -> dict:
+    """The preset with half of train, val for validation, an update-count budget and the
+    ``--set`` overrides."""
+    cfg = yaml.safe_load(PRESET.read_text(encoding="utf-8"))
+    cfg["data"] = {"train_src": str(half[0]), "train_tgt": str(half[1]),
+                   "valid_src": str(data / "multi30k" / "val.de.gz"), "valid_tgt": str(data / "multi30k" / "val.en.gz"),
+                   "max_len": cfg["data"]["max_len"]}
+    train = cfg["train"]
+    for key in ("max_minutes", "warmup_fraction", "budget_decay", "schedule"):
+        train.pop(key, None)
+    train.update(schedule="inverse_sqrt", lr=lr, warmup_steps=warmup, max_steps=updates, batch_tokens=args.batch_tokens,
+                 valid_every=args.valid_every, average_last=0, log_every=50)
+    if init_from is not None:
+        train["init_from"] = str(init_from)
+        # the model and tokenizer sections are the starting model's (train.init_from inherits them)
+        cfg.pop("model"), cfg.pop("tokenizer")
+    return apply_overrides(cfg, [s for s in args.set if init_from is None or s.split(".")[0] not in
+                                 ("model", "tokenizer")])
+
+
+def train_and_score(name: str, cfg: dict, work: Path, data: Path) -> dict:
+    """Train one run into ``work/NAME`` and score it on the test set: updates, minutes, BLEU, chrF."""
+    slug = name.split(" (")[0].replace(" ", "_")
+    path, out = work / f"{slug}.yaml", work / slug
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    p = h.run(h.attnmt("train", path, "--output", out), log=work / f"{slug}.log")
+    result = json.loads(p.output.strip().splitlines()[-1])
+    threads = ["--threads", str(cfg["train"]["num_threads"])] if cfg["train"].get("num_threads") else []
+    scores = h.evaluate(out, data / "multi30k" / "test_2016_flickr.de.gz", data / "multi30k" / "test_2016_flickr.en.gz",
+                      *threads)
+    return {"run": name, "updates": result["steps"], "train_minutes": round(p.seconds / 60, 1),
+            "test_bleu": round(scores["bleu"], 2), "test_chrf": round(scores["chrf"], 2)}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--updates", type=int, default=800, help="finetune: the whole budget in updates (half-A and A->B get half)")
+    p.add_argument("--batch-tokens", type=int, default=4096, help="finetune")
+    p.add_argument("--lr", type=float, default=0.0015, help="finetune: peak rate of the runs from scratch")
+    p.add_argument("--warmup", type=int, default=150, help="finetune: warmup updates of the runs from scratch")
+    p.add_argument("--finetune-lr", type=float, default=0.0008, help="finetune: peak rate of the fine-tuning run")
+    p.add_argument("--finetune-warmup", type=int, default=50)
+    p.add_argument("--finetune-schedule", choices=["inverse_sqrt", "constant"], default="inverse_sqrt",
+                   help="finetune: the fine-tuning run's schedule after its warmup")
+    p.add_argument("--valid-every", type=int, default=200, help="finetune")
+    p.add_argument("--seed", type=int, default=1, help="finetune: seed of the A/B split; control: of the phrases")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="finetune: override a key of the preset in every run, e.g. model.d_model=128 (model and "
+                        "tokenizer keys go to the runs from scratch; the fine-tuning run inherits them)")
+
+
+SMOKE = ["model.d_model=32", "model.d_ff=64", "model.num_heads=4", "model.num_encoder_layers=1",
+         "model.num_decoder_layers=1", "tokenizer.vocab_size=500", "data.valid_max_sentences=20", "train.num_threads=1"]
+
+
+def run(args) -> None:
+    """The three runs, each recorded: updates, training minutes, test BLEU and chrF."""
+    if args.smoke:
+        args.updates, args.valid_every, args.batch_tokens, args.set = 4, 2, 1000, SMOKE
+    data = Path(args.data)
+    work = args.work / ("smoke" if args.smoke else "quality") / "finetune"
+    if args.smoke:
+        shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    halves = split_halves(data, work, args.seed, 2000 if args.smoke else None)
+    half = args.updates // 2
+    a = train_and_score("half-A", config(halves["A"], data, args, half, args.lr, args.warmup), work, data)
+    ft_config = config(halves["B"], data, args, args.updates - half, args.finetune_lr, args.finetune_warmup,
+                       init_from=work / "half-A")
+    ft_config["train"]["schedule"] = args.finetune_schedule
+    ft = train_and_score("A then B (fine-tuned)", ft_config, work, data)
+    b = train_and_score("B alone", config(halves["B"], data, args, args.updates, args.lr, args.warmup), work, data)
+    for row in (a, ft, b):
+        for column, key in (("updates", "updates"), ("training minutes", "train_minutes"), ("test BLEU", "test_bleu"),
+                            ("test chrF", "test_chrf")):
+            h.record(args, "quality", "Fine-tuning: Multi30k de->en in two halves", row["run"], row[key], column=column)

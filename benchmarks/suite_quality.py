@@ -1,0 +1,259 @@
+"""quality: the presets, the multilingual model, distillation, the fast preset, fine-tuning, control.
+
+``--part presets``: trains (or resumes) each preset of ``configs/`` named by ``--presets`` into
+``--runs``, then test_2016_flickr BLEU and chrF (``attnmt evaluate``; for word-level presets also
+BLEU on word tokens and test perplexity from ``attnmt score``).
+
+``--part multilingual``: a multilingual ``--model`` on every direction among de, en, fr, cs it
+serves, BLEU / chrF on test_2016_flickr, zero-shot directions also pivoted through English.
+
+``--part distill``: a distilled ``--student`` against its ``--teacher``: test BLEU/chrF (teacher
+beam 5, student greedy and beam 5), whole ``attnmt translate`` processes on ``--repeat`` copies
+of test2016 natively and with the CTranslate2 engine on int8 exports (one batch on 2 threads, and
+two batches at once of one thread), alternating rounds, model sizes, the int8 web export raw and
+gzip-compressed.
+
+``--part fast``: the fast preset's ``--fast`` model against the ``--default`` one: its beam size
+and length penalty chosen on val (the smallest beam within ``--tolerance`` BLEU of the best), test
+BLEU/chrF of both, and whole ``attnmt translate`` processes on ``--repeat`` copies of test2016.
+
+``--part finetune`` and ``--part control``: see quality_finetune.py and quality_control.py.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import harness as h
+import quality_control
+import quality_finetune
+
+SUITE = "quality"
+PRESETS = ("multi30k_de_en", "multi30k_en_de", "multi30k_en_fr", "tutorial_word_de_en", "prenorm_frozen_de_en",
+           "spm_base_fr_en", "paper_base_de_en")
+PARTS = ("presets", "multilingual", "distill", "fast", "finetune", "control")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--part", choices=PARTS, help="one part (default with --smoke: all)")
+    p.add_argument("--presets", default=",".join(PRESETS), help="presets: comma-separated names of configs/NAME.yaml")
+    p.add_argument("--runs", type=Path, default=h.WORK / "presets", help="presets: where the runs go")
+    p.add_argument("--model", type=Path, help="multilingual, control: the model directory")
+    p.add_argument("--bilingual", action="append", default=[], metavar="SRC-TGT=DIR",
+                   help="multilingual: a bilingual model of one direction to compare with")
+    p.add_argument("--teacher", type=Path, help="distill: the teacher")
+    p.add_argument("--student", type=Path, help="distill: the student")
+    p.add_argument("--baseline", type=Path, help="distill: the student's architecture on the original targets")
+    p.add_argument("--default", type=Path, help="fast: the default preset's model")
+    p.add_argument("--fast", type=Path, help="fast: the fast preset's model")
+    p.add_argument("--default-beam", type=int, default=5)
+    p.add_argument("--default-alpha", type=float, default=1.8)
+    p.add_argument("--beams", default="1,2,3,5", help="fast: the beam sizes tried on val")
+    p.add_argument("--alphas", default="1.0,1.4,1.8", help="fast: the length penalties tried on val")
+    p.add_argument("--tolerance", type=float, default=0.3, help="fast: val BLEU a smaller beam may lose")
+    p.add_argument("--repeat", type=int, default=3, help="distill, fast: copies of test2016 timed")
+    p.add_argument("--rounds", type=int, default=2, help="alternating rounds; the fastest kept")
+    p.add_argument("--limit", type=int, help="only the first N test (and val) sentences")
+    quality_finetune.add_arguments(p)
+    quality_control.add_arguments(p)
+
+
+def test_files(args, out: Path, repeat: int = 1) -> tuple[Path, Path, Path]:
+    """test_2016_flickr de and en (first ``--limit`` lines) and the source ``repeat`` times, in ``out``."""
+    src = h.read_lines(h.corpus(args, "test_2016_flickr", "de"), args.limit)
+    ref = h.read_lines(h.corpus(args, "test_2016_flickr", "en"), args.limit)
+    return (h.write_lines(out / "test.de", src), h.write_lines(out / "test.en", ref),
+            h.write_lines(out / "test_x.de", src * repeat))
+
+
+def presets(args) -> None:
+    """Train (or resume) and test each preset."""
+    import json
+
+    from attnmt.config import load_config
+
+    for name in ["smoke"] if args.smoke else args.presets.split(","):
+        config = h.ROOT / "configs" / f"{name}.yaml"
+        run_dir = args.runs / name
+        if args.smoke:
+            config, run_dir = h.small_config(args, args.work / "smoke" / "preset"), args.work / "smoke" / "preset-run"
+        cfg = load_config(config)
+        src, tgt = cfg.data.pair.split("-") if cfg.data.pair else ("de", "en")
+        for side, path in (("src", cfg.model.src_vectors), ("tgt", cfg.model.tgt_vectors)):
+            if path and not (h.ROOT / path).exists():
+                h.run(h.attnmt("train-vectors", config, "--side", side, "--output", path, "--data-dir", args.data))
+        log = run_dir / "train_log.jsonl"
+        logged = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+        if not any(r["kind"] == "done" for r in logged):
+            resume = ["--resume"] if (run_dir / "checkpoints" / "last.pt").exists() else []
+            h.run(h.attnmt("train", config, "--output", run_dir, "--data-dir", args.data, *resume))
+            logged = [json.loads(x) for x in log.read_text().splitlines()]
+        done = next(r for r in reversed(logged) if r["kind"] == "done")
+        test = [h.write_lines(run_dir / f"test.{x}", h.read_lines(h.corpus(args, "test_2016_flickr", x), args.limit))
+                for x in (src, tgt)]
+        scores = h.evaluate(run_dir, *test)
+        figure = f"{name} ({done.get('precision')})"
+        h.record(args, SUITE, "Translation quality, the presets", figure,
+                 f"{scores['bleu']:.2f} / {scores['chrf']:.2f}", column="attnmt test BLEU / chrF")
+        h.record(args, SUITE, "Translation quality, the presets", figure, f"{done['steps']:,}, {done['minutes']:.0f}",
+                 column="updates, minutes")
+        if "bleu_tokenized" in scores:
+            p = h.run(h.attnmt("score", "--model", run_dir, "--src", test[0], "--tgt", test[1], "--format", "jsonl"))
+            ppl = json.loads(p.output.strip().splitlines()[-1])["perplexity"]
+            h.record(args, SUITE, "Translation quality, the presets", figure,
+                     f"{scores['bleu_tokenized']:.2f}, test perplexity {ppl:.2f}", column="word-token BLEU")
+
+
+def multilingual(args) -> None:
+    """Every direction of a multilingual model, zero-shot ones also through English."""
+    from attnmt.decode.translator import Translator
+    from attnmt.evaluate import corpus_scores
+    from attnmt.languages import corpus_directions, served_languages
+
+    tr = Translator.from_dir(args.model)
+    sources, targets = served_languages(tr.config)
+    if len(targets) == 1:
+        return many_to_one(args, tr, sources, targets[0])
+    langs = [x for x in ("de", "en", "fr", "cs") if x in set(sources) | set(targets)]
+    text = {x: h.read_lines(h.corpus(args, "test_2016_flickr", x), args.limit) for x in langs}
+    trained = {d for d in corpus_directions(tr.config) if None not in d}
+    bilingual = dict(item.split("=", 1) for item in args.bilingual)
+
+    def scored(hyps: list[str], tgt: str) -> str:
+        s = corpus_scores(hyps, text[tgt])
+        return f"{s['bleu']:.2f} / {s['chrf']:.2f}"
+
+    for src in (x for x in langs if x in sources):
+        for tgt in (x for x in langs if x in targets and x != src):
+            cell = scored([t.text for t in tr.translate(text[src], tgt_lang=tgt)], tgt)
+            if (src, tgt) not in trained and "en" not in (src, tgt) and "en" in targets:
+                english = [t.text for t in tr.translate(text[src], tgt_lang="en")]
+                cell += f" (zero-shot; pivot via en {scored([t.text for t in tr.translate(english, tgt_lang=tgt)], tgt)})"
+            if f"{src}-{tgt}" in bilingual:
+                other = Translator.from_dir(bilingual[f"{src}-{tgt}"])
+                cell += f" (bilingual {scored([t.text for t in other.translate(text[src])], tgt)})"
+            h.record(args, SUITE, "One model for six directions: the multilingual preset", src, cell,
+                     column=f"into {tgt}", sentences=len(text[src]))
+
+
+def many_to_one(args, tr, sources: list[str], tgt: str) -> None:
+    """A model of several sources into one target: each direction's test BLEU / chrF with the
+    model's decoding settings, beside a bilingual model of that direction (``--bilingual``), and
+    each model's updates and minutes (its train_log.jsonl)."""
+    import json
+
+    from attnmt.decode.translator import Translator
+    from attnmt.evaluate import corpus_scores
+
+    section, bilingual = "Many to English: one model with a low-resource direction", dict(
+        item.split("=", 1) for item in args.bilingual)
+    ref = h.read_lines(h.corpus(args, "test_2016_flickr", tgt), args.limit)
+
+    def cell(model, run_dir: Path, src: str) -> str:
+        text = h.read_lines(h.corpus(args, "test_2016_flickr", src), args.limit)
+        s = corpus_scores([t.text for t in model.translate(text)], ref)
+        log = Path(run_dir) / "train_log.jsonl"
+        done = [json.loads(line) for line in (log.read_text().splitlines() if log.is_file() else [])
+                if '"kind": "done"' in line]
+        trained = f" ({done[-1]['steps']:,} updates, {done[-1]['minutes']:.0f} min)" if done else ""
+        return f"{s['bleu']:.2f} / {s['chrf']:.2f}{trained}"
+
+    for src in sources:
+        h.record(args, SUITE, section, f"{src}->{tgt}", cell(tr, args.model, src), column="one model: test BLEU / chrF")
+        if f"{src}-{tgt}" in bilingual:
+            other = bilingual[f"{src}-{tgt}"]
+            h.record(args, SUITE, section, f"{src}->{tgt}", cell(Translator.from_dir(other), other, src),
+                     column="bilingual: test BLEU / chrF")
+
+
+def site_bytes(site: Path) -> tuple[int, int]:
+    """Raw and gzip-compressed bytes of every file of an exported web page."""
+    files = [p for p in site.rglob("*") if p.is_file()]
+    return sum(p.stat().st_size for p in files), sum(len(gzip.compress(p.read_bytes(), 6)) for p in files)
+
+
+def timed(args, rows: dict, src: Path, ref: Path, out: Path) -> dict:
+    """Whole ``attnmt translate`` processes of ``rows`` (name -> model, beam, options), alternating rounds."""
+    def job(name: str):
+        model, beam, options = rows[name]
+        return lambda: h.translate(model, src, out / f"{abs(hash(name))}.hyp", beam=beam, **options)
+    best = h.alternate({name: job(name) for name in rows}, args.rounds)
+    for res in best.values():
+        res["bleu"] = h.bleu(res["output"], ref)[0]
+    return best
+
+
+def distill(args) -> None:
+    """A distilled student against its teacher: quality, speed, size."""
+    section = "Distillation: de-en teacher and student"
+    out = args.work / SUITE / "distill"
+    src, ref, repeated = test_files(args, out, args.repeat)
+    models = {"teacher": args.teacher, "student": args.student, **({"baseline": args.baseline} if args.baseline else {})}
+    for name, model in models.items():
+        for beam in (5,) if name == "teacher" else (1, 5):
+            s = h.evaluate(model, src, ref, "--beam-size", beam)
+            h.record(args, SUITE, section, f"{name}, beam {beam}", f"{s['bleu']:.2f} / {s['chrf']:.2f}",
+                     column="test BLEU / chrF")
+    exports = {}
+    for name in ("teacher", "student"):
+        exports[name] = out / f"{name}-ct2-int8"
+        h.run(h.attnmt("export", "ctranslate2", "--model", models[name], "--output", exports[name],
+                       "--quantization", "int8"))
+        h.record(args, SUITE, section, name, f"{(models[name] / 'model.safetensors').stat().st_size / 2**20:.2f} MiB "
+                 f"safetensors, {(exports[name] / 'model.bin').stat().st_size / 2**20:.2f} MiB model.bin", column="size")
+    site = out / "student-web-int8"
+    h.run(h.attnmt("export", "web", "--model", args.student, "--output", site, "--quantization", "int8"))
+    raw, packed = site_bytes(site)
+    h.record(args, SUITE, section, "student, int8 web export", f"{raw / 2**20:.2f} MiB raw, {packed / 2**20:.2f} MiB gzip",
+             column="size")
+    two = {"inter_threads": 2, "threads": 1}
+    rows = {"teacher, beam 5, native fp32": (models["teacher"], 5, {}),
+            "student, greedy, native fp32": (models["student"], 1, {}),
+            "teacher, beam 5, CTranslate2 int8": (exports["teacher"], 5, {"engine": "ctranslate2"}),
+            "student, greedy, CTranslate2 int8": (exports["student"], 1, {"engine": "ctranslate2"}),
+            "teacher, beam 5, CTranslate2 int8, 2 batches at once": (exports["teacher"], 5, {"engine": "ctranslate2", **two}),
+            "student, greedy, CTranslate2 int8, 2 batches at once": (exports["student"], 1, {"engine": "ctranslate2", **two})}
+    best = timed(args, rows, repeated, ref, out)
+    for name, res in best.items():
+        h.record(args, SUITE, section, name, f"{res['seconds']:.2f} ({res['decode_seconds']:.2f}); BLEU {res['bleu']:.2f}",
+                 column=f"process s (decode s), {len(h.read_lines(repeated)):,} lines")
+    for engine in ("native fp32", "CTranslate2 int8", "CTranslate2 int8, 2 batches at once"):
+        t, s = best[f"teacher, beam 5, {engine}"], best[f"student, greedy, {engine}"]
+        h.record(args, SUITE, section, f"teacher / student, {engine}", f"{t['seconds'] / s['seconds']:.2f}x "
+                 f"(decode {t['decode_seconds'] / s['decode_seconds']:.2f}x)", column="speed-up")
+
+
+def fast(args) -> None:
+    """The fast preset against the default: settings chosen on val, test quality, speed."""
+    section = "Translation quality, the presets"
+    out = args.work / SUITE / "fast"
+    src, ref, repeated = test_files(args, out, args.repeat)
+    val = [h.write_lines(out / f"val.{x}", h.read_lines(h.corpus(args, "val", x), args.limit)) for x in ("de", "en")]
+
+    def options(alpha: float) -> tuple:
+        return ("--length-penalty", alpha, "--early-stopping", "true")
+    scores = {(b, a): h.evaluate(args.fast, *val, "--beam-size", b, *options(a))["bleu"]
+              for b in map(int, args.beams.split(",")) for a in map(float, args.alphas.split(","))}
+    top = max(scores.values())
+    beam, _, alpha = min((b, -s, a) for (b, a), s in scores.items() if s >= top - args.tolerance)
+    settings = {"default": (args.default, args.default_beam, args.default_alpha), "fast": (args.fast, beam, alpha)}
+    tests = {name: h.evaluate(m, src, ref, "--beam-size", b, *options(a)) for name, (m, b, a) in settings.items()}
+    best = timed(args, {name: (m, b, {"length_penalty": a, "early_stopping": "true"})
+                        for name, (m, b, a) in settings.items()}, repeated, ref, out)
+    d, f = best["default"], best["fast"]
+    h.record(args, SUITE, section, f"multi30k_de_en_fast (beam {beam}, alpha {alpha} chosen on val)",
+             f"{tests['fast']['bleu']:.2f} / {tests['fast']['chrf']:.2f} against the default's "
+             f"{tests['default']['bleu']:.2f} / {tests['default']['chrf']:.2f}; {d['seconds'] / f['seconds']:.2f}x faster "
+             f"({f['seconds']:.2f} s against {d['seconds']:.2f})", column="attnmt test BLEU / chrF")
+
+
+def run(args) -> None:
+    parts = [args.part] if args.part else list(PARTS) if args.smoke else ["presets"]
+    for part in parts:
+        if args.smoke:
+            model = h.smoke_model(args)
+            args.limit, args.repeat, args.rounds, args.beams, args.alphas = 8, 1, 1, "1,2", "1.0"
+            args.model = args.teacher = args.student = args.default = args.fast = model
+        {"presets": presets, "multilingual": multilingual, "distill": distill, "fast": fast,
+         "finetune": quality_finetune.run, "control": quality_control.run}[part](args)

@@ -1,0 +1,168 @@
+"""train: attnmt and its peers in one shared setting, and the compiled training step.
+
+``--part peers`` (JoeyNMT and OpenNMT-py run from the virtual environments of
+``benchmarks/setup_peers.sh``; without them only attnmt runs):
+
+1. The machine limit: float32 and bfloat16 2048x2048 matmul GFLOP/s on the run's threads
+   (bfloat16 512x512 on a CPU without bfloat16 kernels, where attnmt's bf16 rows are left out).
+2. Training: every toolkit trains the same model (``configs/*.yaml``: d_model 256, 3+3 layers,
+   one joint SentencePiece model of 8,000 pieces, 4,096-token batches, noam) for ``--updates``
+   updates, in rounds whose order alternates. Throughput is each toolkit's own per-window count
+   of target tokens per second (the first window dropped); MFU is that rate times the analytic
+   FLOPs per target token over the matmul rate; peak RSS is the process tree's.
+3. Translation of test_2016_flickr de->en, beam 5, raw text to raw text, by models trained for
+   ``--decode-updates`` (attnmt in fp32, bf16 and int8; OpenNMT-py; CTranslate2 float32 and int8
+   on the converted OpenNMT-py model; JoeyNMT once), the fastest of ``--decode-rounds`` rounds.
+
+``--part compile``: the de-en preset trained eager, then compiled (``train.compile``), for
+``--steps`` updates each at a constant learning rate, for each of ``--precisions``: the last
+window's target tokens/s, MFU against the matmul rate of the precision used, the validation loss
+at the end, and the graphs compiled and compile seconds with an empty inductor cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import harness as h
+from decoding import decode_jobs, fastest_rounds
+from setting import LABEL, TOOLKITS, Setting, peer_venv, prepare_data, versions
+from training import model_flops_per_target_token, timed_rounds, train_decode_models
+
+SUITE = "train"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--part", choices=("peers", "compile"), default="peers")
+    p.add_argument("--updates", type=int, default=120, help="peers: updates per toolkit per round")
+    p.add_argument("--rounds", type=int, default=2, help="peers: training rounds, the order alternating")
+    p.add_argument("--log-every", type=int, default=20, help="peers: throughput window in updates")
+    p.add_argument("--warmup", type=int, default=200, help="peers: noam warm-up updates")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--decode-batch", type=int, default=128, help="peers: sentences per translation batch")
+    p.add_argument("--test-lines", type=int, default=0, help="peers: translate only the first N test lines")
+    p.add_argument("--toolkits", default=",".join(TOOLKITS), help="peers: subset of " + ",".join(TOOLKITS))
+    p.add_argument("--attnmt-model", type=Path, help="peers: a fully trained attnmt model to time translation of too")
+    p.add_argument("--decode-rounds", type=int, default=2, help="peers: translation rounds (fastest kept)")
+    p.add_argument("--decode-updates", type=int, default=600, help="peers: updates of the translation models")
+    p.add_argument("--no-decode", action="store_true", help="peers: training only")
+    p.add_argument("--config", type=Path, default=h.ROOT / "configs" / "multi30k_de_en.yaml", help="compile: preset")
+    p.add_argument("--precisions", nargs="+", default=["fp32"], choices=["fp32", "bf16"], help="compile")
+    p.add_argument("--steps", type=int, default=300, help="compile: updates of each run")
+
+
+def setting(args) -> Setting:
+    """The peers run's Setting; toolkits whose environment is missing are left out (named)."""
+    from attnmt.precision import cpu_bf16_is_fast
+
+    work = (args.work / "suite").resolve()
+    toolkits = [t for t in args.toolkits.split(",") if t]
+    for tk in [t for t in toolkits if t in ("joeynmt", "onmt")]:
+        if not (peer_venv(tk) / "bin/python").exists():
+            print(f"[bench] {LABEL[tk]} left out: {peer_venv(tk)} is missing "
+                  "(make it with bash benchmarks/setup_peers.sh)", flush=True)
+            toolkits.remove(tk)
+    s = Setting(work=work, data_src=Path(args.data) / "multi30k", updates=args.updates, rounds=args.rounds,
+                log_every=args.log_every, warmup=args.warmup, threads=args.threads, decode_batch=args.decode_batch,
+                test_lines=args.test_lines, attnmt_model=args.attnmt_model, toolkits=tuple(toolkits),
+                decode=not args.no_decode, decode_updates=args.decode_updates, decode_rounds=max(1, args.decode_rounds),
+                env={"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
+                     "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1", "PYTHONWARNINGS": "ignore", "TQDM_DISABLE": "1"})
+    s.bf16 = cpu_bf16_is_fast()
+    if not s.bf16:
+        s.toolkits = tuple(t for t in s.toolkits if t != "attnmt-bf16")
+    for path in (s.runs, s.work / "decode"):
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+    return s
+
+
+def probe(threads: int) -> dict:
+    """The matmul rates, in a fresh process on ``threads`` threads."""
+    code = f"import sys, json; sys.path.insert(0, {str(h.HERE)!r}); from training import matmul_probe; " \
+           f"print(json.dumps(matmul_probe({threads})))"
+    return json.loads(h.run([sys.executable, "-c", code], env={"OMP_NUM_THREADS": str(threads)}).output.splitlines()[-1])
+
+
+def peers(args) -> None:
+    """Machine limit, alternating training rounds, translation; each figure recorded."""
+    s = setting(args)
+    data = prepare_data(s)
+    flops = model_flops_per_target_token(data["lengths"], vocab=data["vocab_size"])["flops_per_tgt_token"]
+    rates = probe(s.threads)
+    bf16 = f"{rates['bf16']:.1f}" + ("" if rates.get("n_bf16", 2048) == 2048 else f" ({rates['n_bf16']}x{rates['n_bf16']})")
+    h.record(args, SUITE, "Matmul limit", "matmul rate", round(rates["fp32"], 1), column="float32 GFLOP/s")
+    h.record(args, SUITE, "Matmul limit", "matmul rate", bf16, column="bfloat16 GFLOP/s")
+    failures: list[str] = []
+    train = timed_rounds(s, failures)
+    for tk, agg in train.items():
+        precision = "bf16 autocast" if tk == "attnmt-bf16" else "float32"
+        peak = rates["bf16" if tk == "attnmt-bf16" else "fp32"] * 1e9
+        mfu = (agg["rate"] or 0) * flops / peak
+        h.record(args, SUITE, "Training throughput, benchmark setting", f"tgt tok/s, {precision}",
+                 f"{agg['rate'] or 0:,.0f} (MFU {mfu:.1%}, {agg['peak_rss'] / 2**30:.2f} GiB)",
+                 column=LABEL[tk.replace("-bf16", "")], round_rates=agg["round_rates"], versions=versions())
+    if s.decode:
+        models = {tk: {**train[tk]["last"], "label": f"{s.updates} updates"} for tk in ("attnmt", "onmt") if tk in train}
+        if s.decode_updates:
+            models.update({tk: {**r, "label": f"{s.decode_updates} updates"} for tk, r in train_decode_models(s).items()})
+        for rec in fastest_rounds(s, *decode_jobs(s, models, train), failures):
+            h.record(args, SUITE, "Translation speed, benchmark setting", f"decode s ({rec['model']})",
+                     f"{rec['decode_s']:.2f} ({rec['bleu']:.2f})", column=rec["system"],
+                     process_s=round(rec["process_s"], 2), peak_rss=rec["peak_rss"])
+    if failures:
+        raise SystemExit("failures:\n  " + "\n  ".join(failures))
+
+
+def compiled(args) -> None:
+    """Eager against compiled training, each precision; each run recorded."""
+    from attnmt.config import load_config
+    from attnmt.data.tokenizers import Tokenizer
+
+    rates, config = probe(args.threads), load_config(args.config)
+    for precision in args.precisions:
+        for compile in (False,) if args.smoke else (False, True):  # compiling takes minutes
+            out = args.work / SUITE / f"{precision}-{'compiled' if compile else 'eager'}"
+            shutil.rmtree(out, ignore_errors=True)
+            sets = {"train.compile": str(compile).lower(), "train.precision": precision, "train.schedule": "constant",
+                    "train.budget_decay": "inverse_sqrt", "train.max_minutes": "null", "train.max_steps": args.steps,
+                    "train.log_every": min(100, max(1, args.steps // 2)), "train.valid_bleu": "false"}
+            cmd = h.attnmt("train", args.config, "--output", out, "--data-dir", args.data)
+            for key, value in sets.items():
+                cmd += ["--set", f"{key}={value}"]
+            cache = out.parent / f"{out.name}-inductor-cache"  # empty: a machine's first compile
+            shutil.rmtree(cache, ignore_errors=True)
+            h.run(cmd, env={"TORCHINDUCTOR_CACHE_DIR": str(cache)})
+            logged = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+            rate = [r for r in logged if r["kind"] == "train"][-1]["tgt_tokens_per_s"]
+            loss = [r for r in logged if r["kind"] == "valid"][-1]["valid_loss"]
+            done = next(r for r in logged if r["kind"] == "done")
+            tok = Tokenizer.load(out / "spm.model")
+            pair = config.data.pair.split("-")
+            lengths = list(zip(*[[len(ids) + 1 for ids in tok.encode_batch(h.read_lines(h.corpus(args, "train", x)))]
+                                 for x in pair]))
+            m = config.model
+            flops = model_flops_per_target_token(lengths, d=m.d_model, f=m.d_ff, layers_enc=m.num_encoder_layers,
+                                                 layers_dec=m.num_decoder_layers, vocab=len(tok))["flops_per_tgt_token"]
+            mfu = rate * flops / (rates["bf16" if done["precision"] == "bf16" else "fp32"] * 1e9)
+            figure = f"{'compiled' if compile else 'eager'}, {done['precision']}"
+            section = "Compiled training step (`train.compile`)"
+            graphs = "-" if done.get("compiled_graphs") is None else \
+                f"{done['compiled_graphs']}, {done['compile_seconds']:.0f} s"
+            for column, value in (("tgt tok/s", f"{rate:,.0f}"), ("MFU", f"{mfu:.1%}"),
+                                  (f"valid loss at {args.steps}", f"{loss:.4f}"),
+                                  ("compiled graphs, compile time", graphs)):
+                h.record(args, SUITE, section, figure, value, column=column)
+
+
+def run(args) -> None:
+    if args.smoke:
+        args.updates, args.rounds, args.log_every, args.warmup, args.decode_updates = 4, 1, 2, 10, 0
+        args.test_lines, args.decode_rounds, args.steps, args.toolkits = 8, 1, 2, "attnmt,joeynmt,onmt"
+        args.config = h.small_config(args, args.work / "smoke" / "compile")
+    os.environ.setdefault("ATTNMT_DATA", str(h.corpus(args, "train", "de").parents[1]))
+    (peers if args.part == "peers" else compiled)(args)
