@@ -23,6 +23,7 @@ BLEU/chrF of both, and whole ``attnmt translate`` processes on ``--repeat`` copi
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 import harness as h
@@ -69,8 +70,6 @@ def test_files(args, out: Path, repeat: int = 1) -> tuple[Path, Path, Path]:
 
 def presets(args) -> None:
     """Train (or resume) and test each preset."""
-    import json
-
     from attnmt.config import load_config
 
     for name in ["smoke"] if args.smoke else args.presets.split(","):
@@ -138,33 +137,24 @@ def multilingual(args) -> None:
 
 
 def many_to_one(args, tr, sources: list[str], tgt: str) -> None:
-    """A model of several sources into one target: each direction's test BLEU / chrF with the
-    model's decoding settings, beside a bilingual model of that direction (``--bilingual``), and
-    each model's updates and minutes (its train_log.jsonl)."""
-    import json
-
+    """Several sources into one target: each direction's test BLEU / chrF and updates, minutes (train_log.jsonl),
+    beside a bilingual model of that direction (``--bilingual``); each model's own decoding settings."""
     from attnmt.decode.translator import Translator
     from attnmt.evaluate import corpus_scores
 
-    section, bilingual = "Many to English: one model with a low-resource direction", dict(
-        item.split("=", 1) for item in args.bilingual)
-    ref = h.read_lines(h.corpus(args, "test_2016_flickr", tgt), args.limit)
+    bilingual, ref = dict(i.split("=", 1) for i in args.bilingual), h.read_lines(h.corpus(args, "test_2016_flickr", tgt))
 
     def cell(model, run_dir: Path, src: str) -> str:
-        text = h.read_lines(h.corpus(args, "test_2016_flickr", src), args.limit)
-        s = corpus_scores([t.text for t in model.translate(text)], ref)
+        s = corpus_scores([t.text for t in model.translate(h.read_lines(h.corpus(args, "test_2016_flickr", src)))], ref)
         log = Path(run_dir) / "train_log.jsonl"
-        done = [json.loads(line) for line in (log.read_text().splitlines() if log.is_file() else [])
-                if '"kind": "done"' in line]
+        done = [json.loads(x) for x in log.read_text().splitlines() if '"kind": "done"' in x] if log.is_file() else []
         trained = f" ({done[-1]['steps']:,} updates, {done[-1]['minutes']:.0f} min)" if done else ""
         return f"{s['bleu']:.2f} / {s['chrf']:.2f}{trained}"
-
     for src in sources:
-        h.record(args, SUITE, section, f"{src}->{tgt}", cell(tr, args.model, src), column="one model: test BLEU / chrF")
-        if f"{src}-{tgt}" in bilingual:
-            other = bilingual[f"{src}-{tgt}"]
-            h.record(args, SUITE, section, f"{src}->{tgt}", cell(Translator.from_dir(other), other, src),
-                     column="bilingual: test BLEU / chrF")
+        for name, run_dir, model in (("one model", args.model, tr), ("bilingual", bilingual.get(f"{src}-{tgt}"), None)):
+            if run_dir:
+                h.record(args, SUITE, "Many to English: one model with a low-resource direction", f"{src}->{tgt}",
+                         cell(model or Translator.from_dir(run_dir), run_dir, src), column=f"{name}: test BLEU / chrF")
 
 
 def site_bytes(site: Path) -> tuple[int, int]:
