@@ -87,13 +87,19 @@ class StopSignals:
         if self._raising:
             self._deferred = frame is not None and frame.f_code.co_filename in _DEFER_IN
             if self._deferred:
-                threading.Timer(RESEND_SECONDS, os.kill, (os.getpid(), signum)).start()
+                threading.Timer(RESEND_SECONDS, self._resend, (signum,)).start()
                 return
             raise Interrupted(self.received)
         if resent:
             self._deferred = False
             return
         log.warning("%s received: stopping at the next safe point with a resumable checkpoint", name)
+
+    def _resend(self, signum: int) -> None:
+        """Send a put-off signal again, unless the stop has been handled and the handlers are gone
+        (the default action would then kill the process that is exiting cleanly)."""
+        if self in _entered:
+            os.kill(os.getpid(), signum)
 
     def check(self) -> None:
         """Raise :class:`Interrupted` if a signal has been received.
