@@ -220,17 +220,23 @@ def test_compute_type_for_another_engine_is_one_line(tiny_run, tmp_path, capsys)
 @pytest.fixture(scope="module")
 def exports(tiny_run, tmp_path_factory) -> dict[str, Path]:
     """The tiny model exported for CTranslate2 and ONNX Runtime (where installed)."""
-    root, out = tmp_path_factory.mktemp("exports"), {}
+    return export_engines(tiny_run, tmp_path_factory.mktemp("exports"))
+
+
+def export_engines(model_dir: Path, root: Path) -> dict[str, Path]:
+    """``model_dir`` exported under ``root`` for CTranslate2 and ONNX Runtime, by engine name
+    (an engine whose library is not installed is left out)."""
+    out = {}
     try:
         from attnmt.interop.ctranslate2 import export_ctranslate2
 
-        out["ctranslate2"] = export_ctranslate2(tiny_run, root / "ct2") and root / "ct2"
+        out["ctranslate2"] = export_ctranslate2(model_dir, root / "ct2") and root / "ct2"
     except ImportError:
         pass
     try:
         from attnmt.interop.onnx import export_onnx
 
-        out["onnxruntime"] = export_onnx(tiny_run, root / "onnx") and root / "onnx"
+        out["onnxruntime"] = export_onnx(model_dir, root / "onnx") and root / "onnx"
     except ImportError:
         pass
     return out

@@ -24,6 +24,7 @@ from attnmt.serve.app import create_app
 from attnmt.serve.settings import ServeSettings
 from tests.conftest import GERMAN_ENGLISH, tiny_model, wait_ready
 from tests.test_hardening import assert_one_line_error, run_cli
+from tests.test_mistakes import export_engines
 
 HUGE = str(2**64)  # 18446744073709551616: one past what a size_t holds
 RESERVED_TEXT = ["<2fr>", "</s>", "<unk>", "<pad>", "<s>"]
@@ -33,20 +34,7 @@ RESERVED_TEXT = ["<2fr>", "</s>", "<unk>", "<pad>", "<s>"]
 def exports(tiny_run, tmp_path_factory) -> dict[str, Path]:
     """The tiny model exported for CTranslate2 and ONNX Runtime (where installed), plus itself
     as the native engine's directory."""
-    root, out = tmp_path_factory.mktemp("engine_exports"), {"native": tiny_run}
-    try:
-        from attnmt.interop.ctranslate2 import export_ctranslate2
-
-        out["ctranslate2"] = export_ctranslate2(tiny_run, root / "ct2") and root / "ct2"
-    except ImportError:
-        pass
-    try:
-        from attnmt.interop.onnx import export_onnx
-
-        out["onnxruntime"] = export_onnx(tiny_run, root / "onnx") and root / "onnx"
-    except ImportError:
-        pass
-    return out
+    return {"native": tiny_run, **export_engines(tiny_run, tmp_path_factory.mktemp("engine_exports"))}
 
 
 def engine_dir(exports: dict[str, Path], engine: str) -> Path:
