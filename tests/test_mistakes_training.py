@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -122,6 +123,30 @@ def test_a_stop_that_python_swallows_is_raised_at_the_next_stop_point(capsys):
         with pytest.raises(Interrupted):
             stop_point()
     stop_point()  # nothing entered: nothing to raise
+
+
+@pytest.mark.parametrize("call", ["encode", "sample"])
+def test_a_stop_while_a_worker_pool_starts_leaves_no_worker_running(tmp_path, monkeypatch, call):
+    """Pool() cleans up after an Exception only: a stop raised inside it left its workers running."""
+    import multiprocessing.pool
+
+    from attnmt.data import prepare as prepare_module
+
+    start_workers = multiprocessing.pool.Pool._repopulate_pool
+
+    def signalled_while_starting(pool):
+        start_workers(pool)  # the workers are forked
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs at the next bytecode, still in Pool()
+        sum(range(1000))
+
+    monkeypatch.setattr(multiprocessing.pool.Pool, "_repopulate_pool", signalled_while_starting)
+    src, _ = big_corpus(tmp_path, 10)
+    with StopSignals(raising=True), pytest.raises(Interrupted):
+        if call == "sample":
+            prepare_module._in_parallel(len, [("a",), ("b",)], workers=2)
+        else:
+            list(prepare_module.encode_stream(iter([]), None, None, None, np.dtype(np.uint16), workers=2))
+    assert multiprocessing.active_children() == []  # terminated and joined, not left behind
 
 
 def test_sigterm_while_planning_an_epoch_saves_a_resumable_checkpoint(tmp_path, monkeypatch):

@@ -72,6 +72,7 @@ class StopSignals:
         self._previous: dict[int, Any] = {}
         self._previous_hook: Any = None
         self._deferred = False  # a raise put off (module docstring): the signal is sent again
+        self._quiet = False  # inside put_off(): the flag only, without the checkpoint message
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if os.getpid() != self._owner:  # a forked worker: the default action (termination)
@@ -92,6 +93,8 @@ class StopSignals:
             raise Interrupted(self.received)
         if resent:
             self._deferred = False
+            return
+        if self._quiet:
             return
         log.warning("%s received: stopping at the next safe point with a resumable checkpoint", name)
 
@@ -167,6 +170,23 @@ def _defaults_in_child() -> None:
             signal.signal(s, signal.SIG_DFL)
         _entered.clear()
 
+
+
+@contextlib.contextmanager
+def put_off() -> Iterator[None]:
+    """Inside the block a stop signal only sets the flag of the entered :class:`StopSignals`
+    in raising mode; the stop is raised at the next :func:`stop_point` after the block. For
+    code that a raise must not cut short: ``multiprocessing.Pool()`` terminates the workers
+    it started when its start raises an ``Exception``, not a ``BaseException`` such as
+    :class:`Interrupted`, and workers left behind outlive this process."""
+    stops = [s for s in _entered if s._raising]
+    for s in stops:
+        s._raising, s._quiet = False, True
+    try:
+        yield
+    finally:
+        for s in stops:
+            s._raising, s._quiet = True, False
 
 
 def stop_point() -> None:

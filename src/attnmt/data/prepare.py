@@ -75,7 +75,7 @@ from attnmt.data.corpus import MAX_LINE_CHARS, dataset_pair_files, decode_lines
 from attnmt.data.tokenizers import Tokenizer, VocabTokenizer, WordTokenizer
 from attnmt.data.vectors import vec_words
 from attnmt.errors import ConfigError, DataError, WriteError
-from attnmt.signals import stop_point
+from attnmt.signals import put_off, stop_point
 
 log = logging.getLogger(__name__)
 
@@ -358,8 +358,16 @@ def _in_parallel(function, calls: list[tuple], workers: int) -> list:
     platform forks (the results in order; an exception in one is raised here)."""
     if workers <= 1 or len(calls) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return [function(*args) for args in calls]
-    with multiprocessing.get_context("fork").Pool(min(workers, len(calls))) as pool:
+    with _start_pool(multiprocessing.get_context("fork"), min(workers, len(calls))) as pool:
+        stop_point()
         return pool.starmap(function, calls)
+
+
+def _start_pool(context, *args, **kwargs):
+    """``context.Pool(*args, **kwargs)``, started whole even if a stop signal arrives meanwhile
+    (:func:`attnmt.signals.put_off`): the caller's ``with`` block terminates its workers."""
+    with put_off():
+        return context.Pool(*args, **kwargs)
 
 
 def train_tokenizers(config: Config, src_lines: list[str], tgt_lines: list[str]
@@ -580,7 +588,8 @@ def encode_stream(jobs: Iterator[TextChunk], src_tok, tgt_tok, filters: Filters,
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
     initargs = (_recipe(src_tok), _recipe(tgt_tok), src_tok is tgt_tok, filters, dtype.str)
-    with context.Pool(workers, initializer=_init_worker, initargs=initargs) as pool:
+    with _start_pool(context, workers, initializer=_init_worker, initargs=initargs) as pool:
+        stop_point()
         pending: collections.deque = collections.deque()
         for job in jobs:
             pending.append((pool.apply_async(_worker_chunk, (job,)), job))
