@@ -194,9 +194,9 @@ def decode_seconds(output: str) -> float:
     return float(m.group(2)) if m else float("nan")
 
 
-def translate(model: Path, src: Path, out: Path, **options) -> dict:
+def translate(model: Path, src: Path, out: Path, env: dict | None = None, **options) -> dict:
     """``attnmt translate`` as a whole process: process and decode seconds, peak RSS, output path."""
-    p = run(translate_cmd(model, src, out, **options))
+    p = run(translate_cmd(model, src, out, **options), env=env)
     return {"seconds": p.seconds, "decode_seconds": decode_seconds(p.output), "peak_rss": p.peak_rss, "output": out}
 
 

@@ -40,6 +40,7 @@ def add_arguments(p) -> None:
     p.add_argument("--part", choices=PARTS, help="one part (default with --smoke: all)")
     p.add_argument("--presets", default=",".join(PRESETS), help="presets: comma-separated names of configs/NAME.yaml")
     p.add_argument("--runs", type=Path, default=h.WORK / "presets", help="presets: where the runs go")
+    p.add_argument("--inference-precisions", default="", help="presets: also test at these, e.g. fp32,bf16,int8")
     p.add_argument("--model", type=Path, help="multilingual, control: the model directory")
     p.add_argument("--bilingual", action="append", default=[], metavar="SRC-TGT=DIR",
                    help="multilingual: a bilingual model of one direction to compare with")
@@ -102,6 +103,11 @@ def presets(args) -> None:
             ppl = json.loads(p.output.strip().splitlines()[-1])["perplexity"]
             h.record(args, SUITE, "Translation quality, the presets", figure,
                      f"{scores['bleu_tokenized']:.2f}, test perplexity {ppl:.2f}", column="word-token BLEU")
+        for precision in filter(None, args.inference_precisions.split(",")):  # the same model at each precision
+            scores = h.evaluate(run_dir, *test, "--precision", precision, "--device", "cpu")
+            h.record(args, SUITE, "Inference precision", f"{figure}: test BLEU (chrF)",
+                     f"{scores['bleu']:.2f} ({scores['chrf']:.2f})",
+                     column={"fp32": "float32", "int8": "int8 linear layers"}.get(precision, precision))
 
 
 def multilingual(args) -> None:

@@ -14,7 +14,8 @@ exports with 7-bit and 8-bit weights; ``--engine onnxruntime``; CTranslate2 itse
 ``--part stopping``: native under exact and early stopping (each rule's length penalty from
 ``--alpha-exact``/``--alpha-early`` or the best on val of ``--tune``), the engines and CTranslate2
 direct under early stopping, CTranslate2 given attnmt's per-batch length limit; ``--parallel``
-times each early row again with two batches at once of one thread each (``--inter-threads``).
+times each early row again with two batches at once of one thread each (``--inter-threads``);
+``--base-src DIR`` adds native early stopping run from another checkout's ``src``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def add_arguments(p) -> None:
     p.add_argument("--alpha-early", type=float, help="length penalty under early stopping (default: the model's)")
     p.add_argument("--tune", help="comma-separated alphas: each rule's by val BLEU first")
     p.add_argument("--parallel", action="store_true", help="also each early row as two batches at once of 1 thread")
+    p.add_argument("--base-src", type=Path, help="stopping: the src/ of another checkout, native early stopping")
     p.add_argument("--ct2-python", default=sys.executable, help="python with ctranslate2 and sentencepiece")
     p.add_argument("--onmt-ct2", type=Path, help="a CTranslate2 model converted from OpenNMT-py (engines)")
     p.add_argument("--onmt-spm", type=Path, help="its SentencePiece model")
@@ -55,8 +57,8 @@ def threads(args, parallel: bool) -> dict:
 
 
 def export(args, kind: str, bits: int = 7) -> Path:
-    """The model's export (ctranslate2 float32/int8 or onnx) in the work folder, made once."""
-    out = args.out / (f"{kind}-{bits}bit" if kind == "int8" else kind)
+    """The model's export (ctranslate2 float32/int8 or onnx) in the work folder, made once per weights file."""
+    out = args.out / f"{(args.model / 'model.safetensors').stat().st_mtime_ns}-{kind}{f'-{bits}bit' * (kind == 'int8')}"
     if not out.exists():
         fmt = "onnx" if kind == "onnx" else "ctranslate2"
         extra = ["--quantization", "int8", "--int8-weight-bits", str(bits)] if kind == "int8" else []
@@ -64,14 +66,16 @@ def export(args, kind: str, bits: int = 7) -> Path:
     return out
 
 
-def native(args, model: Path, engine: str | None, early: bool | None, parallel: bool = False):
-    """A row of ``attnmt translate`` (``early`` None: the model's own stopping rule and penalty)."""
+def native(args, model: Path, engine: str | None, early: bool | None, parallel: bool = False,
+           src: Path | None = None):
+    """A row of ``attnmt translate`` (``early`` None: the model's rule and penalty; ``src``: another checkout's)."""
     rule = {} if early is None else {"early_stopping": "true" if early else "false",
                                      "length_penalty": args.alpha[early]}
 
     def row(out: Path) -> dict:
-        return h.translate(model, args.src, out, beam=args.beam, batch=args.batch_size, engine=engine,
-                           device="cpu", **rule, **threads(args, parallel))
+        return h.translate(model, args.src, out, env={"PYTHONPATH": str(src.resolve())} if src else None,
+                           beam=args.beam, batch=args.batch_size, engine=engine, device="cpu", **rule,
+                           **threads(args, parallel))
     return row
 
 
@@ -134,6 +138,8 @@ def rows(args) -> dict:
              "ONNX Runtime engine, early": lambda p: native(args, export(args, "onnx"), "onnxruntime", True, p),
              "CTranslate2 direct float32": lambda p: direct(args, export(args, "float32"), spm, "float32", p),
              "CTranslate2 direct int8": lambda p: direct(args, export(args, "int8"), spm, "int8", p)}
+    if args.base_src:
+        table["native fp32, early, --base-src"] = lambda p: native(args, args.model, None, True, p, args.base_src)
     out = {name: (make(False), spm) for name, make in table.items()}
     if args.parallel:
         out.update({f"{name}, 2 batches at once": (make(True), spm) for name, make in table.items() if "exact" not in name})
@@ -163,7 +169,8 @@ def run(args) -> None:
                         for i, (name, r) in enumerate(table.items())}, args.rounds)
     import sentencepiece
 
-    first, ref = None, h.write_lines(args.out / "ref.en", refs)
+    early = best.get("native fp32, early")  # the stopping part's engines are compared with native under their rule
+    first, ref = early and h.read_lines(early["output"]), h.write_lines(args.out / "ref.en", refs)
     for name, res in best.items():
         hyps = h.read_lines(res["output"])
         first = first or hyps

@@ -23,7 +23,8 @@ DATA = os.environ.get("ATTNMT_DATA")
 RUNS = [("train", "--part", "peers"), ("train", "--part", "compile"), ("translate", "--part", "engines"),
         ("translate", "--part", "stopping", "--parallel", "--tune", "0.6,1.0"), ("serve", "--driver", "httpx"),
         ("serve", "--driver", "wrk"), ("web",), ("data", "--part", "corpora"), ("data", "--part", "simulate"),
-        *[("quality", "--part", part) for part in ("presets", "multilingual", "distill", "fast", "finetune", "control")]]
+        ("quality", "--part", "presets", "--inference-precisions", "fp32,int8"),
+        *[("quality", "--part", part) for part in ("multilingual", "distill", "fast", "finetune", "control")]]
 
 
 def benchmarks(*args: str, work: Path | None = None) -> subprocess.CompletedProcess:

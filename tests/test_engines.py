@@ -66,7 +66,7 @@ def _compare(engines: dict[str, Translator], sentences: list[str], options: Sear
     stopping (CTranslate2 returns round(K x patience) hypotheses ranked by its own length
     penalty, among which the native GNMT ranking with k > 0 picks; each difference printed), and
     every hypothesis' token log-probabilities those of forced decoding under the native model.
-    Hypotheses end with EOS, except under early stopping those cut at their length limit."""
+    Hypotheses end with EOS, except those cut at their length limit (under every search)."""
     native = engines["native"]
     expected = native.translate(sentences, options=options, batch_size=batch_size)
     src_ids = native.encode_sources(sentences)
@@ -92,10 +92,10 @@ def _compare(engines: dict[str, Translator], sentences: list[str], options: Sear
         forced = native.engine.forced_log_probs(src_ids, [t.hypotheses[0].token_ids for t in got])
         for t, lps, limit in zip(got, forced, limits):
             h = t.hypotheses[0]
-            if early and len(h.token_ids) == limit and h.token_ids[-1] != EOS_ID:  # cut at the limit: no EOS
+            if len(h.token_ids) == limit and h.token_ids[-1] != EOS_ID:  # cut at the limit: no EOS
                 assert h.pieces[-1] != "</s>"
             else:
-                assert h.token_ids[-1] == EOS_ID and h.pieces[-1] == "</s>"  # EOS, also where the limit stopped it
+                assert h.token_ids[-1] == EOS_ID and h.pieces[-1] == "</s>"
             assert h.token_log_probs == pytest.approx(lps, abs=1e-3)
             assert h.log_prob == pytest.approx(sum(h.token_log_probs), abs=1e-4)
 
@@ -108,9 +108,9 @@ def test_engines_equal_native(toy, label, settings):
 
 @pytest.mark.parametrize("beam_size, early_stopping", [(1, False), (4, False), (4, True)])
 def test_engines_equal_native_where_the_length_limit_binds(toy, beam_size, early_stopping):
-    """Output limit 0.5 x source length + 1: most hypotheses end at the limit (with EOS, as
-    natively, and with no '</s>' beyond the tokens they have; under early stopping cut there
-    without EOS, CTranslate2 searching those sentences again with their own limit)."""
+    """Output limit 0.5 x source length + 1: most hypotheses end at the limit, cut there without
+    EOS under every search (CTranslate2's beam search searching those sentences again with their
+    own limit)."""
     engines, sentences = toy
     options = engines["native"].options(beam_size, 1, 1.4, max_len_a=0.5, max_len_b=1, early_stopping=early_stopping)
     native = engines["native"].translate(sentences, options=options)
@@ -188,8 +188,8 @@ def test_ctranslate2_early_stopping_is_one_search_per_batch(toy):
 
 
 def test_ctranslate2_greedy_is_one_search_per_batch(toy):
-    """Greedy search: one ``translate_batch`` per batch, to the batch's longest limit less one,
-    and forced decoding only of the sentences cut at their own (shorter) limit; the output and
+    """Greedy search: one ``translate_batch`` per batch, to the batch's longest limit, and
+    forced decoding only of the sentences cut at their own (shorter) limit; the output and
     its log-probabilities are the native search's."""
     engines, sentences = toy
     engine = engines["ctranslate2"].engine
@@ -203,7 +203,7 @@ def test_ctranslate2_greedy_is_one_search_per_batch(toy):
     src_ids = engines["native"].encode_sources(sentences)
     limits = [int(0.5 * len(ids) + 1) for ids in src_ids]
     longest = [max(limits[i] for i in chunk) for chunk in length_batches(src_ids, 50)]
-    assert [c for c in recorder.calls if c[0] == "translate_batch"] == [("translate_batch", 50, n - 1) for n in longest]
+    assert [c for c in recorder.calls if c[0] == "translate_batch"] == [("translate_batch", 50, n) for n in longest]
     at_limit = sum(len(t.hypotheses[0].token_ids) == n for t, n in zip(native, limits))
     scored = sum(c[1] for c in recorder.calls if c[0] == "score_batch")
     assert 0 < scored <= at_limit
@@ -212,27 +212,90 @@ def test_ctranslate2_greedy_is_one_search_per_batch(toy):
         assert t.hypotheses[0].log_prob == pytest.approx(n.hypotheses[0].log_prob, abs=1e-3)
 
 
-def test_ctranslate2_translates_without_pytorch(toy, dictionary_model_dir, tmp_path):
-    """``attnmt translate --engine ctranslate2`` loads neither PyTorch nor CTranslate2's converters
-    (which load PyTorch and transformers), so its process starts as fast as a direct CTranslate2
-    call; its translations are the native engine's."""
+# A process where PyTorch, transformers and CTranslate2's converters cannot be imported, as on a
+# machine that has only what the CTranslate2 engine needs (docs/engines.md): any import of them fails.
+NO_TORCH = """
+import importlib.abc, sys
+class NotInstalled(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "transformers") or name.startswith("ctranslate2.converters"):
+            raise ImportError(f"No module named {name!r} (not installed here)")
+sys.meta_path.insert(0, NotInstalled())
+from attnmt.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _without_torch(*args: str, **kwargs):
     import subprocess
     import sys
 
+    return subprocess.Popen([sys.executable, "-c", NO_TORCH, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def ct2_export(dictionary_model_dir, tmp_path_factory):
     from attnmt.interop.ctranslate2 import export_ctranslate2
 
-    export = export_ctranslate2(dictionary_model_dir, tmp_path / "ct2")
+    return export_ctranslate2(dictionary_model_dir, tmp_path_factory.mktemp("ct2") / "ct2")
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate", "score"])
+def test_ctranslate2_commands_run_where_pytorch_is_not_installed(toy, ct2_export, tmp_path, command):
+    """``translate``, ``evaluate`` and ``score`` with ``--engine ctranslate2`` never import PyTorch,
+    transformers or CTranslate2's converters: they run where those are not installed, and the
+    translations are the native engine's."""
     engines, sentences = toy
-    (tmp_path / "in.txt").write_text("\n".join(sentences[:20]) + "\n", encoding="utf-8")
-    code = ("import sys; from attnmt.cli import main; rc = main(sys.argv[1:]); "
-            "print([m for m in ('torch', 'transformers', 'ctranslate2.converters') if m in sys.modules]); sys.exit(rc)")
-    run = subprocess.run([sys.executable, "-c", code, "translate", "--engine", "ctranslate2", "--model", str(export),
-                          "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "out.txt"),
-                          "--beam-size", "4", "--early-stopping", "true"], capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "[]"
     native = engines["native"].translate(sentences[:20], options=engines["native"].options(4, 1, early_stopping=True))
-    assert (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines() == [t.text for t in native]
+    src, ref = tmp_path / "in.txt", tmp_path / "ref.txt"
+    src.write_text("\n".join(sentences[:20]) + "\n", encoding="utf-8")
+    ref.write_text("".join(t.text + "\n" for t in native), encoding="utf-8")
+    args = {"translate": ["--input", str(src), "--output", str(tmp_path / "out.txt"), "--beam-size", "4",
+                          "--early-stopping", "true"],
+            "evaluate": ["--src", str(src), "--ref", str(ref), "--beam-size", "4", "--early-stopping", "true", "--json"],
+            "score": ["--src", str(src), "--tgt", str(ref)]}[command]
+    out, err = _without_torch(command, "--engine", "ctranslate2", "--model", str(ct2_export), *args).communicate(
+        timeout=120)
+    assert "not installed here" not in err and "Traceback" not in err, err
+    if command == "translate":
+        assert (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines() == [t.text for t in native]
+    elif command == "evaluate":
+        import json
+
+        assert json.loads(out)["bleu"] == pytest.approx(100.0)  # the native translations as references
+    else:
+        assert len(out.splitlines()) == 21 and out.splitlines()[-1].startswith("corpus")
+
+
+def test_ctranslate2_serves_where_pytorch_is_not_installed(toy, ct2_export):
+    """``attnmt serve --engine ctranslate2`` starts and translates without PyTorch."""
+    import signal
+    import socket
+    import time
+
+    import httpx
+
+    engines, sentences = toy
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = _without_torch("serve", "--engine", "ctranslate2", "--model", str(ct2_export), "--port", str(port))
+    try:
+        deadline, answer = time.monotonic() + 60, None
+        while answer is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                answer = httpx.post(f"http://127.0.0.1:{port}/v1/translate",
+                                    json={"text": sentences[0], "beam_size": 4, "early_stopping": True}, timeout=10)
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert answer is not None and answer.status_code == 200, proc.poll()
+        native = engines["native"].translate(sentences[:1], options=engines["native"].options(4, 1, early_stopping=True))
+        assert answer.json()["translations"][0]["text"] == native[0].text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert "not installed here" not in err and "Traceback" not in err, err
 
 
 def test_nbest_and_empty_lines_alike(toy):

@@ -91,11 +91,11 @@ def test_length_penalty_changes_the_winner():
     assert longer[0].score == pytest.approx(math.log(0.4) / (7 / 6), abs=1e-5)
 
 
-def test_max_length_forces_eos():
+def test_max_length_cuts_without_eos():
     model = FakeModel({}, default={A: 0.9, B_: 0.1})  # EOS never proposed (log-prob -30)
     (hyps,) = run_beam(model, SRC, beam_size=2, length_penalty=0.0, max_len_a=0.0, max_len_b=3)
-    assert hyps[0].tokens == [A, A, EOS_ID]
-    assert hyps[0].token_log_probs[:2] == pytest.approx([math.log(0.9)] * 2, abs=1e-5)
+    assert hyps[0].tokens == [A, A, A]
+    assert hyps[0].token_log_probs == pytest.approx([math.log(0.9)] * 3, abs=1e-5)
 
 
 def test_nbest_out_of_range():

@@ -39,8 +39,8 @@ def test_patience_waits_for_more_finished_hypotheses():
     assert hyps[0].log_prob == pytest.approx(math.log(0.45), abs=1e-5)
 
 
-def test_at_the_limit_early_stopping_finishes_hypotheses_without_eos():
-    """CTranslate2's last step: the K best extensions finish as they are; exact stopping gives EOS."""
+def test_at_the_limit_both_rules_finish_hypotheses_without_eos():
+    """CTranslate2's last step, under either stopping rule: the K best extensions finish as they are."""
     model = FakeModel({}, default={A: 0.9, B_: 0.1})  # EOS never proposed (log-prob -30)
     (early,) = run_beam(model, SRC, beam_size=2, length_penalty=1.0, max_len_a=0.0, max_len_b=3, early_stopping=True)
     assert early[0].tokens == [A, A, A]
@@ -48,7 +48,7 @@ def test_at_the_limit_early_stopping_finishes_hypotheses_without_eos():
     assert early[0].score == pytest.approx(3 * math.log(0.9) / length_penalty(3, 1.0, 5.0), abs=1e-5)
     (exact,) = run_beam(FakeModel({}, default={A: 0.9, B_: 0.1}), SRC, beam_size=2, length_penalty=1.0, max_len_a=0.0,
                         max_len_b=3)
-    assert exact[0].tokens == [A, A, EOS_ID]
+    assert exact[0].tokens == [A, A, A] and exact[0].score == pytest.approx(early[0].score, abs=1e-6)
 
 
 def test_finished_wanted_rounds_half_away_from_zero():
@@ -102,25 +102,28 @@ def test_greedy_search_ignores_the_stopping_rule():
     early = search_batch(model, sources, SearchOptions(beam_size=1, max_len_a=1.0, max_len_b=4,
                                                        early_stopping=True, patience=2.0))
     assert [h.tokens for [h] in exact] == [h.tokens for [h] in early]
-    assert all(h.tokens[-1] == EOS_ID for [h] in early)  # greedy search still ends with EOS at its limit
+    cut = [(h, len(src) + 4) for [h], src in zip(early, sources) if h.tokens[-1] != EOS_ID]  # no EOS: cut
+    assert cut and all(len(h.tokens) == limit for h, limit in cut)  # at the limit, 1.0 x source length + 4
+    assert all(h.log_prob == pytest.approx(sum(h.token_log_probs)) for [h] in early)
 
 
-def test_constrained_sentences_end_with_eos_at_their_limit_under_early_stopping():
+@pytest.mark.parametrize("early_stopping", [True, False])
+def test_constrained_sentences_end_with_eos_at_their_limit(early_stopping):
     """A sentence with phrases is checked when EOS is allowed, so at its limit it still gets EOS;
-    a sentence without phrases in the same batch is cut as plain early stopping cuts it."""
+    a sentence without phrases in the same batch is cut as plain beam search cuts it."""
     model = tiny_model(seed=8, vocab=40)
     sources = [row[row != 0].tolist() for row in _sources()][:2]
     phrase = [11, 12]
-    options = SearchOptions(beam_size=3, nbest=3, max_len_a=0.0, max_len_b=6, early_stopping=True,
+    options = SearchOptions(beam_size=3, nbest=3, max_len_a=0.0, max_len_b=6, early_stopping=early_stopping,
                             constraints=[[phrase], []])
     with_phrase, without = search_batch(model, sources, options)
     for h in with_phrase:
         assert h.tokens[-1] == EOS_ID
         assert any(h.tokens[k:k + 2] == phrase for k in range(len(h.tokens) - 1))
     plain = search_batch(model, sources[1:], SearchOptions(beam_size=3, nbest=3, max_len_a=0.0, max_len_b=6,
-                                                           early_stopping=True))[0]
+                                                           early_stopping=early_stopping))[0]
     assert [h.tokens for h in without] == [h.tokens for h in plain]
-    assert all(len(h.tokens) == 6 and h.tokens[-1] != EOS_ID for h in without)  # cut at the limit, no EOS
+    assert any(len(h.tokens) == 6 and h.tokens[-1] != EOS_ID for h in without)  # cut at the limit, no EOS
 
 
 def test_config_keys_of_the_stopping_rule():

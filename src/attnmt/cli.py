@@ -569,7 +569,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     src, ref = read_parallel(args.src, args.ref)
     if not src:
         raise AttnmtError(f"{args.src}: no sentences to evaluate")
-    tr = _with_stopping_rule(_translator(args), args)
+    tr = _with_stopping_rule(_engine_translator(args), args)
     t0 = time.perf_counter()
     translations = tr.translate(src, beam_size=args.beam_size, batch_size=args.batch_size,
                                 length_penalty=args.length_penalty, return_token_log_probs=False,
@@ -890,6 +890,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the scores as one JSON object")
     p.add_argument("--hyp-output", help="also write the translations to this file")
     _add_stopping_options(p)
+    _add_engine_options(p)
     p.set_defaults(func=cmd_evaluate)
     return parser
 

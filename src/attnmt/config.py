@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,6 +25,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
 from attnmt.errors import ConfigError
+
+# yaml.safe_load's loader, in C (libyaml) where PyYAML was built with it: the same documents, a
+# faster start of every command that reads a configuration.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 # the device names a configuration or --device may give (attnmt.device resolves them); defined
 # here so that reading a configuration, and so ``attnmt prepare``, does not import PyTorch
@@ -332,6 +337,14 @@ class TrainConfig(_Section):
                                 "(torch.optim's weight_decay); the paper has none")
     label_smoothing: float = Field(0.1, ge=0.0, lt=1.0, description="epsilon_ls of label smoothing (paper section "
                                    "5.4: 0.1)")
+    subword_alpha: float | None = Field(
+        None, gt=0.0, le=1.0, description="subword regularisation (Kudo, 2018): each training batch encodes its "
+        "sentences again with a segmentation sampled by SentencePiece, a new one each time a sentence is seen and the "
+        "same ones on resume; a unigram model samples P(x)^alpha (Kudo: 0.1 to 0.5), a bpe model drops merges with "
+        "probability alpha (BPE-dropout, Provilkov et al., 2020: 0.1); null: the prepared segmentation")
+    subword_nbest: int = Field(-1, ge=-1, description="with subword_alpha on a unigram model: sample among the n "
+                               "best segmentations (n >= 2), or among all of them (-1: forward-filtering and "
+                               "backward-sampling, Kudo's l = infinity)")
     clip_norm: float | None = Field(1.0, gt=0, description="clip the gradient's global L2 norm to this (None: no "
                                     "clipping, as in the paper)")
     precision: Literal["fp32", "bf16", "fp16"] = Field(
@@ -386,13 +399,13 @@ class DecodeConfig(_Section):
     length_penalty_type: Literal["gnmt", "average"] = Field(
         "gnmt", description="gnmt: log P / ((k + |Y|) / (k + 1))^alpha; average: log P / |Y| (|Y| with EOS), the mean "
         "log-probability per token, OpenNMT-py's 'avg' and CTranslate2's default")
-    max_len_a: float = Field(1.5, ge=0.0, description="max output length = a * source length + b")
+    max_len_a: float = Field(1.5, ge=0.0, description="max output length = a * source length + b (tokens, EOS "
+                             "included); every search ends a hypothesis that reaches it there, without EOS")
     max_len_b: int = Field(10, ge=0, description="b of the output length limit a * source length + b (tokens)")
     early_stopping: bool = Field(
         False, description="beam search's stopping rule: true stops a sentence once round(beam_size x patience) "
-        "hypotheses have finished (CTranslate2's and fairseq's rule; at the length limit the best hypotheses end "
-        "without EOS); false is exact stopping, once no open hypothesis can beat the nbest finished ones (greedy "
-        "search is the same under both)")
+        "hypotheses have finished (CTranslate2's and fairseq's rule); false is exact stopping, once no open "
+        "hypothesis can beat the nbest finished ones (greedy search is the same under both)")
     patience: float = Field(1.0, ge=1.0, description="with early_stopping: wait for round(beam_size x patience) "
                             "finished hypotheses (Kasai et al., 2022)")
     batch_size: int = Field(128, gt=0, description="sentences per search batch")
@@ -479,6 +492,13 @@ class Config(_Section):
         if self.tokenizer.kind == "word" and no_pair and None in (self.tokenizer.src_lang, self.tokenizer.tgt_lang):
             raise KeyRuleError("tokenizer.kind", "tokenizer.kind word needs data.pair or tokenizer.src_lang and "
                                "tokenizer.tgt_lang")
+        if self.train.subword_alpha is not None and self.tokenizer.kind == "word":
+            raise KeyRuleError("train.subword_alpha", "train.subword_alpha samples SentencePiece segmentations: it "
+                               "needs tokenizer.kind sentencepiece")
+        if "subword_nbest" in self.train.model_fields_set and self.train.subword_nbest != -1 and (
+                self.train.subword_alpha is None or self.train.subword_nbest in (0, 1)):
+            raise KeyRuleError("train.subword_nbest", "train.subword_nbest applies with train.subword_alpha and is -1 "
+                               f"or at least 2 (0 and 1 sample nothing), not {self.train.subword_nbest}")
         if self.tokenizer.kind == "word" and self.tokenizer.joint:
             raise KeyRuleError("tokenizer.kind", "tokenizer.kind word builds one vocabulary per side: set "
                                "tokenizer.joint false")
@@ -558,12 +578,13 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
 
 
 def config_from_dict(raw: dict[str, Any], origin: str = "<config>", *, saved: bool = False,
-                     lines: dict[str, int] | None = None) -> Config:
+                     lines: dict[str, int] | Callable[[], dict[str, int]] | None = None) -> Config:
     """Validate a nested dict into a :class:`Config`.
 
     ``saved``: the configuration a model directory was trained with (its keys are not checked
     against :data:`APPLIES_ONLY_TO`, so that a model trained before a rule still loads).
-    ``lines``: the line of each dotted key in the file (:func:`key_lines`), for the message.
+    ``lines``: the line of each dotted key in the file (:func:`key_lines`), for the message, or
+    a function that gives them (called only for a message).
 
     Raises:
         ConfigError: unknown keys, wrong types or inconsistent values, all named with their key,
@@ -572,7 +593,7 @@ def config_from_dict(raw: dict[str, Any], origin: str = "<config>", *, saved: bo
     try:
         return Config.model_validate(raw, context={"saved": saved})
     except ValidationError as e:
-        raise ConfigError(_format_validation_error(e, origin, lines)) from None
+        raise ConfigError(_format_validation_error(e, origin, lines() if callable(lines) else lines)) from None
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
@@ -602,7 +623,7 @@ def config_from_yaml(text: str, path: str | Path, overrides: list[str] | None = 
         ConfigError: YAML syntax error (with its line), not a mapping, or invalid values.
     """
     try:
-        raw = yaml.safe_load(text) or {}
+        raw = yaml.load(text, Loader=SAFE_LOADER) or {}
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
@@ -610,4 +631,4 @@ def config_from_yaml(text: str, path: str | Path, overrides: list[str] | None = 
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of sections at the top level")
     return config_from_dict(apply_overrides(raw, overrides or []), origin=str(path), saved=saved,
-                            lines=key_lines(text))
+                            lines=lambda: key_lines(text))

@@ -56,7 +56,7 @@ def tune_allocator() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = _libc()
         ok = (libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
               and libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1
               and libc.mallopt(_M_ARENA_MAX, 1) == 1)
@@ -65,6 +65,18 @@ def tune_allocator() -> bool:
     _tuned = ok
     log.debug("glibc allocator tuned: %s", ok)
     return ok
+
+
+def _libc() -> ctypes.CDLL:
+    """glibc by its soname, else where ``ctypes.util.find_library`` finds the C library (it runs
+    ldconfig or a compiler in a subprocess, tens of milliseconds of every command's start).
+
+    Raises:
+        OSError: no C library can be loaded."""
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return ctypes.CDLL(ctypes.util.find_library("c"))
 
 
 def peak_rss_mib() -> float | None:

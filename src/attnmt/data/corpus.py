@@ -15,7 +15,6 @@ import logging
 import os
 import shutil
 import tempfile
-import urllib.request
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,6 +161,8 @@ def sha256_file(path: str | Path) -> str:
 
 
 def _download(url: str, dest: Path, sha256: str) -> None:
+    import urllib.request  # here: its import (http, email, ssl) would slow every command's start
+
     dest.parent.mkdir(parents=True, exist_ok=True)
     log.info("downloading %s", url)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name, suffix=".part")

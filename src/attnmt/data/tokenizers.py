@@ -179,6 +179,15 @@ class Tokenizer:
         """:meth:`encode` of each text (SentencePiece's ``threads`` threads)."""
         return self._text_sp.encode(texts, out_type=int, num_threads=self.threads)
 
+    def sample_batch(self, texts: list[str], alpha: float, nbest: int = -1) -> list[list[int]]:
+        """:meth:`encode_batch` with a segmentation of each text sampled by SentencePiece (subword
+        regularisation, Kudo 2018: a unigram model samples P(x)^alpha among the ``nbest`` best
+        segmentations, -1: all; a bpe model drops each merge with probability ``alpha``,
+        Provilkov et al., 2020). The draws come from SentencePiece's generator in this thread,
+        which ``sentencepiece.set_random_generator_seed`` makes repeatable."""
+        return self._text_sp.encode(texts, out_type=int, enable_sampling=True, alpha=alpha, nbest_size=nbest,
+                                    num_threads=1)
+
     def decode(self, ids: list[int]) -> str:
         """Raw (detokenized) text of subword ids; special ids are dropped."""
         return self._sp.decode([i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)])

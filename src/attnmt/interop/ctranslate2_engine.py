@@ -60,7 +60,7 @@ class CTranslate2Engine:
     Beam search with early stopping (``SearchOptions.early_stopping``) is CTranslate2's own
     search: the native rule is CTranslate2's (``attnmt.search.beam``), so each batch is one
     ``translate_batch`` call with ``patience``, ``num_hypotheses = round(K x patience)``, no
-    minimum length, and no re-scoring (:meth:`_translate_early`):
+    minimum length, and no re-scoring (:meth:`_translate_beam`):
 
     - Length limit: one ``max_decoding_length`` per call, the batch's longest limit M. A
       sentence with a shorter limit L is searched exactly as with its own limit unless its
@@ -80,11 +80,11 @@ class CTranslate2Engine:
       others renormalised; the native search sets them to -inf after it); none in attnmt's own
       models.
 
-    Greedy search is one ``translate_batch`` call per batch to the batch's longest limit M less
-    one (:meth:`_translate_greedy`): greedy search takes the same tokens up to step L whatever its
-    limit, so a sentence with limit L whose output reached L tokens is cut to its first L - 1 and
-    ends with EOS, as natively; forced decoding scores only those (and every output when token
-    log-probabilities are asked for).
+    Greedy search is one ``translate_batch`` call per batch to the batch's longest limit M
+    (:meth:`_translate_greedy`): greedy search takes the same tokens up to step L whatever its
+    limit, so a sentence with limit L whose output reached L tokens is cut to them, without EOS,
+    as every search ends at its limit (``attnmt.search.beam``); forced decoding scores only those
+    (and every output when token log-probabilities are asked for).
 
     Beam search with exact stopping (``early_stopping`` false) is not CTranslate2's rule, so
     the engine does not declare it (``supports`` lacks 'exact_stopping'): such a request is
@@ -94,7 +94,8 @@ class CTranslate2Engine:
 
     Args:
         export_dir: written by ``attnmt.interop.ctranslate2.export_ctranslate2``.
-        device: 'auto', 'cpu', 'cuda' or 'cuda:N' (CTranslate2's CUDA build for a GPU).
+        device: 'auto', 'cpu', 'cuda' or 'cuda:N' (CTranslate2's CUDA build for a GPU); None: the
+            export's ``decode.device``.
         compute_type: CTranslate2's compute type ('default': the stored weights' type).
         threads: intra-op threads, 0 = CTranslate2's default.
         inter_threads: batches CTranslate2 translates at the same time (its ``inter_threads``:
@@ -110,7 +111,7 @@ class CTranslate2Engine:
     capabilities = frozenset({"score"})
     load_options = frozenset({"compute_type"})
 
-    def __init__(self, export_dir: str | Path, device: str = "cpu", compute_type: str = "default",
+    def __init__(self, export_dir: str | Path, device: str | None = "cpu", compute_type: str = "default",
                  threads: int = 0, inter_threads: int = 1):
         check_count(threads, "threads", low=0)  # CTranslate2's size_t arguments, before its TypeError
         check_count(inter_threads, "inter_threads")
@@ -118,7 +119,7 @@ class CTranslate2Engine:
             raise CheckpointError(f"{export_dir}: no model.bin; export it with 'attnmt export ctranslate2'")
         self.config = rundir.read_config(export_dir)
         self.src_tokenizer, self.tgt_tokenizer = rundir.read_tokenizers(export_dir)
-        kind, index = _device_of(device)
+        kind, index = _device_of(device or self.config.decode.device)
         try:
             self.translator = ctranslate2.Translator(str(export_dir), device=kind, device_index=index,
                                                      compute_type=compute_type, inter_threads=inter_threads,
@@ -160,28 +161,29 @@ class CTranslate2Engine:
     def _translate_greedy(self, src_pieces: list[list[str]], limits: list[int], options: SearchOptions
                           ) -> list[list[Hypothesis]]:
         """Greedy search: one ``translate_batch`` call per batch, to the batch's longest limit
-        less one (class docstring). Greedy search takes the same tokens up to any step whatever
-        its limit, so a sentence whose output reaches its own limit L is cut to L - 1 tokens and
-        ends with EOS, as the native search ends it; forced decoding (``score_batch``) gives the log
-        P of those sentences only, and of every sentence when ``return_token_log_probs``."""
+        (class docstring). Greedy search takes the same tokens up to any step whatever its
+        limit, so a sentence whose output reaches its own limit L is cut to its first L tokens,
+        without EOS, as every search ends at its limit; forced decoding (``score_batch``) gives
+        the log P of those sentences only, and of every sentence when ``return_token_log_probs``."""
         eos, longest = self._eos_piece, max(limits)
         out = self.translator.translate_batch(
-            src_pieces, beam_size=1, num_hypotheses=1, length_penalty=0.0, max_decoding_length=longest - 1,
+            src_pieces, beam_size=1, num_hypotheses=1, length_penalty=0.0, max_decoding_length=longest,
             min_decoding_length=0, return_end_token=True, return_scores=True, max_input_length=0,
-            suppress_sequences=self._forbidden or None) if longest > 1 else [None] * len(src_pieces)
-        found: list[tuple[list[str], float | None]] = []  # (output pieces without EOS, log P or None: to score)
+            suppress_sequences=self._forbidden or None)
+        found: list[tuple[list[str], bool, float | None]] = []  # (pieces without EOS, ended, log P or None: to score)
         for result, limit in zip(out, limits):
-            pieces = result.hypotheses[0] if result is not None else []
+            pieces = result.hypotheses[0]
             ended = pieces[-1:] == [eos] and len(pieces) <= limit
-            found.append((pieces[:-1], result.scores[0]) if ended else (pieces[:limit - 1], None))
-        todo = [i for i, (_, lp) in enumerate(found) if lp is None or options.return_token_log_probs]
+            found.append((pieces[:-1], True, result.scores[0]) if ended else (pieces[:limit], False, None))
+        todo = [i for i, (_, _, lp) in enumerate(found) if lp is None or options.return_token_log_probs]
         scored = dict(zip(todo, self._score([src_pieces[i] for i in todo], [found[i][0] for i in todo])))
         results = []
-        for i, (pieces, lp) in enumerate(found):
-            log_prob = sum(scored[i]) if lp is None else lp
-            ids = self.tgt_tokenizer.piece_ids(pieces) + [EOS_ID]
-            lps = scored[i] if options.return_token_log_probs else []
-            results.append([Hypothesis(ids, lps, log_prob, options.score(log_prob, len(ids)))])
+        for i, (pieces, ended, lp) in enumerate(found):
+            ids = self.tgt_tokenizer.piece_ids(pieces) + ([EOS_ID] if ended else [])
+            lps = scored[i][:len(ids)] if i in scored else []  # score_batch adds EOS to a cut hypothesis
+            log_prob = sum(lps) if lp is None else lp
+            results.append([Hypothesis(ids, lps if options.return_token_log_probs else [], log_prob,
+                                       options.score(log_prob, len(ids)))])
         return results
 
     def _translate_beam(self, src_pieces: list[list[str]], limits: list[int], options: SearchOptions

@@ -21,7 +21,6 @@ from pathlib import Path
 from attnmt.decode.engine import UnsupportedOption
 from attnmt.errors import AttnmtError
 from attnmt.decode.translator import Translator
-from attnmt.rundir import read_config
 from attnmt.search.options import check_count
 
 ENGINES = ("native", "ctranslate2", "onnxruntime")
@@ -117,7 +116,6 @@ def open_translator(model_dir: str | Path, engine: str = "native", device: str |
             tr.set_attention(attention)
         tr.inter_threads = inter_threads
         return tr
-    device = device or read_config(model_dir).decode.device
     if engine == "ctranslate2":
         from attnmt.interop.ctranslate2_engine import CTranslate2Engine
 

@@ -313,7 +313,8 @@ class OnnxEngine:
 
     Args:
         export_dir: written by :func:`export_onnx`.
-        device: 'cpu', or 'cuda' / 'cuda:N' with onnxruntime-gpu (CUDAExecutionProvider).
+        device: 'cpu', or 'cuda' / 'cuda:N' with onnxruntime-gpu (CUDAExecutionProvider); None:
+            the export's ``decode.device``.
         threads: intra-op threads, 0 = ONNX Runtime's default.
     Raises:
         CheckpointError: a graph is missing. ConfigError: a device ONNX Runtime cannot use here.
@@ -325,10 +326,10 @@ class OnnxEngine:
     load_options: frozenset[str] = frozenset()
     precision = "fp32"
 
-    def __init__(self, export_dir: str | Path, device: str = "cpu", threads: int = 0):
+    def __init__(self, export_dir: str | Path, device: str | None = "cpu", threads: int = 0):
         self.config = rundir.read_config(export_dir)
         self.src_tokenizer, self.tgt_tokenizer = rundir.read_tokenizers(export_dir)
-        self.model = OnnxTransformer(export_dir, self.config.model, threads, device)
+        self.model = OnnxTransformer(export_dir, self.config.model, threads, device or self.config.decode.device)
 
     @property
     def device(self) -> str:

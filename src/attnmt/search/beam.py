@@ -13,15 +13,17 @@ done depends on the stopping rule (``SearchOptions.early_stopping``):
 
 - Exact stopping: a sentence is done once it has ``nbest`` finished hypotheses and no open one
   can still beat the worst of them: an open hypothesis with log-probability s <= 0 can at best
-  reach s / max(lp(now + 1), lp(max length)), since log-probabilities only fall as it grows. At
-  its length limit every open hypothesis is given EOS.
+  reach s / max(lp(now + 1), lp(max length)), since log-probabilities only fall as it grows.
 - Early stopping (CTranslate2's ``translate_batch``, src/decoding.cc; fairseq; Kasai et al.,
   2022 for the patience p): a sentence is done once ``round(K x p)`` hypotheses have finished
   (several can finish in one step, so it may have a few more); the best ``nbest`` of them by
-  score are returned. At its length limit, the step's K best extensions finish as they are,
-  EOS or not (CTranslate2's last step): a hypothesis cut there has no EOS. The length penalty
-  only ranks; it never decides when to stop. Sentences with constraints still end with EOS at
-  their limit (their phrases are checked when EOS is allowed).
+  score are returned. The length penalty only ranks; it never decides when to stop.
+
+At its length limit (under either rule, and in greedy search: one behaviour for every search
+and engine) a sentence's last step finishes its K best extensions as they are, EOS or not
+(CTranslate2's last step): a hypothesis cut there has no EOS, and its score is that of the
+tokens it has. A constrained sentence's hypotheses must hold their phrases and end with EOS
+within the limit, so there the constraint step offers only EOS candidates.
 
 Each step is select (:func:`_select`: the 2K best extensions, reordered by the constraint step
 where a sentence has phrases), finish (:func:`_finish`: scored by ``SearchOptions.score``) and
@@ -70,7 +72,7 @@ class Extensions:
     token_lp: torch.Tensor
 
 
-def best_extensions(scores: torch.Tensor, logp: torch.Tensor, at_limit: torch.Tensor, width: int) -> Extensions:
+def best_extensions(scores: torch.Tensor, logp: torch.Tensor, width: int) -> Extensions:
     """One step of beam search: the ``width`` (2K) best extensions of each sentence's k open beams.
 
     Found in two stages, without materialising the k x V candidates of a sentence: each beam's
@@ -82,7 +84,6 @@ def best_extensions(scores: torch.Tensor, logp: torch.Tensor, at_limit: torch.Te
             at the first step, K afterwards.
         logp: (n*k, V) next-token log-probabilities, the beams of a sentence consecutive; any
             float dtype (scores are accumulated in float32).
-        at_limit: (n,) bool, sentences at their length limit: EOS is their only extension.
         width: 2K, the extensions kept per sentence.
     Raises:
         ValueError: a vocabulary smaller than 2K.
@@ -92,12 +93,6 @@ def best_extensions(scores: torch.Tensor, logp: torch.Tensor, at_limit: torch.Te
         raise ValueError(f"vocabulary ({logp.size(-1)}) must hold at least 2 * beam_size ({width}) tokens")
     beam_lp, beam_tok = logp.topk(width, dim=-1)  # (n*k, 2K)
     beam_lp = beam_lp.float()
-    if at_limit.any():
-        limit_rows = at_limit.repeat_interleave(k)[:, None]  # (n*k, 1)
-        eos_lp = torch.full_like(beam_lp, float("-inf"))
-        eos_lp[:, :1] = logp[:, EOS_ID:EOS_ID + 1].float()
-        beam_lp = torch.where(limit_rows, eos_lp, beam_lp)
-        beam_tok = torch.where(limit_rows, torch.full_like(beam_tok, EOS_ID), beam_tok)
     cand = (scores.view(n * k, 1) + beam_lp).view(n, k * width)  # (n, k*2K)
     top_scores, top_idx = cand.topk(width, dim=1)  # (n, 2K)
     rows = top_idx // width + torch.arange(n, device=scores.device)[:, None] * k  # (n, 2K)
@@ -131,8 +126,8 @@ class _Beams:
 def _finish(ext: Extensions, beams: _Beams, finished: list[list[Hypothesis]], score: Callable[[float, int], float],
             cut: torch.Tensor | None = None) -> None:
     """Append the EOS extensions ranked within the first K to their sentence's finished list,
-    scored by ``score(log P, length)``; for the sentences flagged in ``cut`` ((n,) bool: early
-    stopping at the length limit) all of the first K, EOS or not."""
+    scored by ``score(log P, length)``; for the sentences flagged in ``cut`` ((n,) bool: at
+    their length limit) all of the first K, EOS or not."""
     beam_size = ext.tokens.size(1) // 2  # K of the 2K extensions
     ends = ext.tokens[:, :beam_size] == EOS_ID  # (n, K)
     if cut is not None:
@@ -175,9 +170,6 @@ class _NoConstraints:
     def any(self, active: list[int]) -> bool:
         return False
 
-    def forces_eos(self, sentence: int) -> bool:
-        return False
-
     def advance(self, rows: torch.Tensor, tokens: torch.Tensor, active: list[int]) -> None:
         pass
 
@@ -186,18 +178,13 @@ def _select(beams: _Beams, logp: torch.Tensor, limits: list[int], t: int, option
             constraint: ConstraintTracker | _NoConstraints) -> tuple[Extensions, torch.Tensor | None]:
     """Select: the 2K best extensions of each sentence after t tokens (:func:`best_extensions`),
     reordered by the constraint step where a sentence has phrases, and the (n,) bool sentences
-    cut at their length limit (early stopping; None when there are none). At its limit a
-    sentence's only extension is EOS unless it is cut there (module docstring)."""
-    device = logp.device
-    at_limit = torch.tensor([limits[s] <= t + 1 for s in beams.active], device=device)  # (n,)
+    at their length limit, whose K best finish as they are (None when there are none)."""
+    at_limit = torch.tensor([limits[s] <= t + 1 for s in beams.active], device=logp.device)  # (n,)
     constrained = constraint.any(beams.active)
     if constrained:  # no EOS before every phrase is met
         logp = constraint.mask_eos(logp, beams.active)
-    cut = None
-    if options.early_stopping and bool(at_limit.any()):  # early stopping: no EOS forced but for phrases
-        phrased = torch.tensor([constraint.forces_eos(s) for s in beams.active], device=device)  # (n,)
-        cut, at_limit = at_limit & ~phrased, at_limit & phrased
-    ext = best_extensions(beams.scores, logp, at_limit, 2 * options.beam_size)
+    cut = at_limit if bool(at_limit.any()) else None
+    ext = best_extensions(beams.scores, logp, 2 * options.beam_size)
     if constrained:  # dynamic beam allocation reorders a constrained sentence's candidates
         ext = Extensions(*constraint.reorder(ext.scores, ext.rows, ext.tokens, ext.token_lp, beams.scores, logp,
                                              beams.active, t + 1))

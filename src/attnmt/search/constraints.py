@@ -174,11 +174,6 @@ class ConstraintTracker:
         """Whether a sentence still searched has phrases."""
         return any(self.phrases[s] for s in active)
 
-    def forces_eos(self, sentence: int) -> bool:
-        """Whether batch sentence ``sentence`` has phrases, so that it ends with EOS at its
-        length limit (where its phrases are checked) even under early stopping."""
-        return bool(self.phrases[sentence])
-
     def mask_eos(self, logp: torch.Tensor, active: list[int]) -> torch.Tensor:
         """``logp`` (n*k, V) with EOS at -inf (in place) for the beams whose phrases are not all met
         (k beams per sentence: 1 at the first step, then K).
@@ -223,21 +218,24 @@ class ConstraintTracker:
             for s, r, tok, lp in zip(scores[i].tolist(), rows[i].tolist(), tokens[i].tolist(), token_lp[i].tolist()):
                 if math.isfinite(s):
                     cands[(r, tok)] = (s, lp)
-            if t < limit:  # at the limit EOS is the only extension
+            live = [b for b in range(k) if math.isfinite(flat_scores[i * k + b].item())]
+            if t < limit:
                 block = logp[i * k:(i + 1) * k].float().clone()  # (k, V)
                 block[:, EOS_ID] = float("-inf")
                 best = block.argmax(dim=-1).tolist()  # (k,)
-                extra = [(i * k + b, tok) for b in range(k) if math.isfinite(flat_scores[i * k + b].item())
+                extra = [(i * k + b, tok) for b in live
                          for tok in {best[b]} | next_tokens(phrases, self.states[i * k + b])
                          if (i * k + b, tok) not in cands]
-                if extra:
-                    er = rows.new_tensor([r for r, _ in extra])  # int64, on the search's device
-                    et = rows.new_tensor([tok for _, tok in extra])
-                    elp = logp[er, et].float()
-                    es = flat_scores[er] + elp
-                    for (r, tok), s, lp in zip(extra, es.tolist(), elp.tolist()):
-                        if math.isfinite(s):
-                            cands[(r, tok)] = (s, lp)
+            else:  # at the limit only EOS fits after the phrases: each beam's EOS (-inf where unmet)
+                extra = [(i * k + b, EOS_ID) for b in live if (i * k + b, EOS_ID) not in cands]
+            if extra:
+                er = rows.new_tensor([r for r, _ in extra])  # int64, on the search's device
+                et = rows.new_tensor([tok for _, tok in extra])
+                elp = logp[er, et].float()
+                es = flat_scores[er] + elp
+                for (r, tok), s, lp in zip(extra, es.tolist(), elp.tolist()):
+                    if math.isfinite(s):
+                        cands[(r, tok)] = (s, lp)
             total = sum(map(len, phrases))
             keys, banks, values = [], [], []
             for (r, tok), (s, lp) in cands.items():

@@ -2,7 +2,8 @@
 
 At every step each sentence takes its most probable next token. Sentences that have produced
 EOS leave the batch, so late steps cost only what is still being decoded; at its length limit
-a sentence is given EOS, as in beam search.
+a sentence ends with the token it has just taken, EOS or not, as in beam search
+(``attnmt.search.beam``: one behaviour at the limit for every search and engine).
 
 Shapes: B batch, b sentences still decoded, S source length, D d_model, V vocabulary.
 """
@@ -26,7 +27,8 @@ def greedy_search(model: StepModel, src: torch.Tensor, max_len_a: float = 1.5, m
     Args:
         model: a step model (``attnmt.search.step_model``), e.g. a Transformer in eval mode.
         src: (B, S) int64 source ids ending with EOS, right-padded.
-        max_len_a, max_len_b: output limit ``a * source length + b`` tokens (EOS included).
+        max_len_a, max_len_b: output limit ``a * source length + b`` tokens (EOS included);
+            a sentence that reaches it ends there without EOS.
         on_step: streaming: after every step, called for each sentence still decoded with its
             batch index and all its tokens so far (in greedy search every token is final).
             Returning True stops that sentence (its result is then cut short).
@@ -48,14 +50,10 @@ def greedy_search(model: StepModel, src: torch.Tensor, max_len_a: float = 1.5, m
         best_lp, best = logp.max(dim=-1)  # (b,)
         best_lp = best_lp.float()
         step += 1
-        at_limit = limits[active] <= step  # (b,) these must end now
-        if at_limit.any():
-            best = torch.where(at_limit, torch.full_like(best, EOS_ID), best)
-            best_lp = torch.where(at_limit, logp[:, EOS_ID].float(), best_lp)
         for sent, tok, lp in zip(active.tolist(), best.tolist(), best_lp.tolist()):
             tokens[sent].append(tok)
             lprobs[sent].append(lp)
-        done = best == EOS_ID  # (b,)
+        done = (best == EOS_ID) | (limits[active] <= step)  # (b,) ended, or cut at the length limit
         if on_step is not None:  # streaming: True stops a sentence
             done |= torch.tensor([on_step(s, tokens[s]) for s in active.tolist()], dtype=torch.bool, device=done.device)
         if done.any():

@@ -46,8 +46,8 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from importlib import resources
+from typing import TYPE_CHECKING
 
-import torch
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -63,6 +63,9 @@ from attnmt.serve.batcher import Closed, DynamicBatcher, Job, QueueFull
 from attnmt.serve.metrics import ServeMetrics
 from attnmt.serve.settings import ServeSettings
 from attnmt.serve.stream import StreamJob
+
+if TYPE_CHECKING:  # tensors only where the native engine returns attention: a CTranslate2 server runs without PyTorch
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -308,6 +311,8 @@ class TranslationService:
                 job.cancelled = True
             raise
         empty = Translator.empty()
+        if attention:  # asked of the native engine only (the others refuse it)
+            import torch
         results: list[tuple[Translation, torch.Tensor | None]] = [
             (empty, torch.zeros(0, 0) if attention else None)] * len(texts)
         for i, result in zip([i for i, t in enumerate(texts) if t.strip()], done):

@@ -297,14 +297,15 @@ def check_epoch_sample(config: Config, data: CorpusData, world_size: int = 1) ->
 
 def signature(config: Config, data: CorpusData) -> dict:
     """What a resume must find unchanged: the data's fingerprint, the corpus weights, the
-    batching settings and what draws the batches (``attnmt.data.plan.GENERATOR``: the
+    batching and subword-sampling settings and what draws the batches (``attnmt.data.plan.GENERATOR``: the
     planner's algorithm and the random stream it reads) (not the world size nor accum_steps:
     the batch order does not depend on them)."""
     tc = config.train
     return {"fingerprint": data.manifest.get("fingerprint"),
             "weights": [c["weight"] for c in sampled_corpora(config, data)], "train.seed": tc.seed,
             "train.batch_tokens": None if tc.batch_sentences else tc.batch_tokens,
-            "train.batch_sentences": tc.batch_sentences, "batch_plan": GENERATOR}
+            "train.batch_sentences": tc.batch_sentences, "batch_plan": GENERATOR,
+            "train.subword_alpha": tc.subword_alpha, "train.subword_nbest": tc.subword_nbest if tc.subword_alpha else None}
 
 
 _WHAT = {"fingerprint": "the prepared training data (fingerprint)",

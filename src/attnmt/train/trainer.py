@@ -93,6 +93,7 @@ from attnmt.train.losses import (chunked_label_smoothed_cross_entropy, label_smo
                                  per_sentence_label_smoothed_cross_entropy)
 from attnmt.train.metrics import MetricsLog, Window
 from attnmt.train.schedules import expected_updates, learning_rate
+from attnmt.train.subwords import SubwordSampler
 
 log = logging.getLogger(__name__)
 
@@ -316,6 +317,9 @@ class Trainer:
         self.data = open_training_data(self.config, self.run_dir, state is not None, data_dir, self.ranks,
                                        allow_change, self.progress_bar)
         self._epoch_batches: tuple[int, Share] | None = None  # (epoch, this process's batches), once per epoch
+        tc = self.config.train
+        self.subwords = SubwordSampler(self.data.src_tok, self.data.tgt_tok, tc.subword_alpha, tc.subword_nbest,
+                                       tc.seed, self.config.tokenizer.target_languages) if tc.subword_alpha else None
         if state is not None:
             check_signature(state.get("data"), signature(self.config, self.data), self.run_dir, allow_change)
         check_epoch_sample(self.config, self.data, self.ranks.world_size)
@@ -753,7 +757,11 @@ class Trainer:
         if group is None:
             return None
         corpus, start = self.data.train, self.config.model.decoder_start_id
-        return [batch_from_arrays(*corpus.pairs(idx), start) for idx in group]
+        pairs = [corpus.pairs(idx) for idx in group]
+        if self.subwords is not None:  # subword regularisation: each sentence segmented anew (train.subwords)
+            pairs = [self.subwords(src, tgt, self.state.epoch, self.state.batch_in_epoch + k, self.ranks.rank)
+                     for k, (src, tgt) in enumerate(pairs)]
+        return [batch_from_arrays(src, tgt, start) for src, tgt in pairs]
 
     def _run_epoch(self, batches: Share) -> str | None:
         """Updates over the rest of one epoch's batches; returns a stop reason, or None at its end.

@@ -66,7 +66,8 @@ function topIndices(count, n, score) {
 }
 
 /**
- * Greedy search: at each step the most probable token; at the length limit EOS. Scored by
+ * Greedy search: at each step the most probable token; at the length limit the sentence ends with
+ * the token it has just taken, EOS or not (the rule of every search, attnmt.search.beam). Scored by
  * searchScore (log P, or log P / |Y| with lengthPenaltyType 'average').
  * @param decoder see the module comment (one row)
  * @param {{startId: number, eosId: number, limit: number, lengthPenaltyType?: string,
@@ -79,13 +80,12 @@ export async function greedySearch(decoder, { startId, eosId, limit, lengthPenal
   for (let step = 1; ; step++) {
     const { logProbs, attention: att } = await decoder.step([last]);
     const V = logProbs.length;
-    let best = argmaxRow(logProbs, 0, V);
-    if (limit <= step) best = eosId;
+    const best = argmaxRow(logProbs, 0, V);
     tokens.push(best);
     lps.push(logProbs[best]);
     if (att) attention.push(att.slice());
     if (onStep) onStep(tokens);
-    if (best === eosId) break;
+    if (best === eosId || limit <= step) break;
     last = best;
   }
   let sum = 0;
@@ -106,11 +106,11 @@ export function finishedWanted(K, patience) {
  * Beam search (attnmt.search.beam): K open hypotheses (one, BOS, at the first step, so the first
  * step runs on one row); of the 2K best one-token extensions, the EOS ones ranked within the first
  * K finish (ranked by searchScore), the K best others stay open. Two stopping rules, as
- * SearchOptions.early_stopping: exact (the default) stops at the length limit, where every open
- * hypothesis gets EOS, or once the best finished hypothesis cannot be beaten by an open one:
- * max(score(s, t + 1), score(s, limit)) <= best finished score. Early stopping (CTranslate2's rule)
- * stops once finishedWanted(K, patience) hypotheses have finished; at the length limit the K best
- * extensions finish as they are (a hypothesis cut there has no EOS).
+ * SearchOptions.early_stopping: exact (the default) stops once the best finished hypothesis cannot
+ * be beaten by an open one: max(score(s, t + 1), score(s, limit)) <= best finished score. Early
+ * stopping (CTranslate2's rule) stops once finishedWanted(K, patience) hypotheses have finished.
+ * Under both, at the length limit the K best extensions finish as they are (a hypothesis cut there
+ * has no EOS).
  * @param decoder see the module comment (1 row at the first step, then K)
  * @param {{beamSize: number, startId: number, eosId: number, limit: number, lengthPenaltyType?: string,
  *          alpha: number, k: number, earlyStopping?: boolean, patience?: number,
@@ -130,14 +130,13 @@ export async function beamSearch(decoder, { beamSize: K, startId, eosId, limit, 
     const { logProbs, attention } = await decoder.step(last);
     const rows = scores.length, V = logProbs.length / rows;
     if (V < width) throw new Error(`vocabulary (${V}) must hold at least 2 * beam size (${width}) tokens`);
-    const cut = limit <= t + 1 && wanted !== null;  // early stopping: the K best finish as they are
-    const atLimit = limit <= t + 1 && !cut;
-    // Each row's 2K best next tokens (only EOS at the exact rule's length limit), then the 2K best of the rows x 2K.
+    const cut = limit <= t + 1;  // the length limit: the K best finish as they are
+    // Each row's 2K best next tokens, then the 2K best of the rows x 2K.
     const rowTok = [], rowLp = [];
     for (let r = 0; r < rows; r++) {
-      const toks = atLimit ? new Array(width).fill(eosId) : topIndices(V, width, (i) => logProbs[r * V + i]);
+      const toks = topIndices(V, width, (i) => logProbs[r * V + i]);
       rowTok.push(toks);
-      rowLp.push(toks.map((tok, j) => (atLimit && j > 0 ? -Infinity : logProbs[r * V + tok])));
+      rowLp.push(toks.map((tok) => logProbs[r * V + tok]));
     }
     const cand = (i) => Math.fround(scores[Math.floor(i / width)] + rowLp[Math.floor(i / width)][i % width]);
     const ext = topIndices(rows * width, width, cand).map((i) => ({
@@ -154,7 +153,7 @@ export async function beamSearch(decoder, { beamSize: K, startId, eosId, limit, 
                       score: score(e.score, tokens.length),
                       attention: attention ? [...h.att, attRow(e.row)] : [] });
     });
-    // The K best non-EOS extensions stay open, in rank order (EOS ones only at the limit).
+    // The K best non-EOS extensions stay open, in rank order (EOS ones only when fewer are live).
     const open = [...ext.filter((e) => e.token !== eosId), ...ext.filter((e) => e.token === eosId)].slice(0, K);
     const bestOpen = Math.max(...open.map((e) => e.score));
     let done = limit <= t || bestOpen === -Infinity;

@@ -50,19 +50,20 @@ test("lengthPenalty is ((k + |Y|) / (k + 1))^alpha", () => {
   assert.equal(lengthPenalty(4, 1, 0), 4);
 });
 
-test("greedy search takes the most probable token and EOS at the length limit", async () => {
+test("greedy search takes the most probable token and ends at the length limit without EOS", async () => {
   const table = (p) => (p.length < 2 ? { [5 + p.length]: 0.6 } : { [EOS]: 0.7 });
   const hyp = await greedySearch(fakeDecoder(1, table), { startId: START, eosId: EOS, limit: 10 });
   assert.deepEqual(hyp.tokens, [5, 6, EOS]);
   assert.ok(Math.abs(hyp.logProb - (2 * Math.log(0.6) + Math.log(0.7))) < 1e-5);
   const cut = await greedySearch(fakeDecoder(1, () => ({ 4: 0.9 })), { startId: START, eosId: EOS, limit: 3 });
-  assert.deepEqual(cut.tokens, [4, 4, EOS]);
+  assert.deepEqual(cut.tokens, [4, 4, 4]);
+  assert.ok(Math.abs(cut.logProb - 3 * Math.log(0.9)) < 1e-5);
   assert.equal(cut.attention.length, 3);
 });
 
 test("greedy takes the first of equal maxima, as torch.max", async () => {
   const hyp = await greedySearch(fakeDecoder(1, () => ({ 5: 0.4, 6: 0.4 })), { startId: START, eosId: EOS, limit: 2 });
-  assert.deepEqual(hyp.tokens, [5, EOS]);
+  assert.deepEqual(hyp.tokens, [5, 5]);
 });
 
 // The first token: 4 (p 0.5) ends right after (EOS 0.9); 5 (p 0.4) goes on with 6 (0.95), then EOS (0.95).
@@ -88,12 +89,10 @@ test("beam search ranks finished hypotheses by log P / lp(|Y|)", async () => {
   assert.equal(hyp.tokenLogProbs.length, 3);
 });
 
-test("beam search stops at the length limit with EOS, and reorders the cache rows", async () => {
+test("beam search stops at the length limit without EOS, and reorders the cache rows", async () => {
   const dec = fakeDecoder(2, () => ({ 4: 0.5, 5: 0.3 }));
   const hyp = await beamSearch(dec, { beamSize: 2, startId: START, eosId: EOS, limit: 3, alpha: 0.6, k: 5 });
-  assert.equal(hyp.tokens.length, 3);
-  assert.equal(hyp.tokens.at(-1), EOS);
-  assert.deepEqual(hyp.tokens, [4, 4, EOS]);
+  assert.deepEqual(hyp.tokens, [4, 4, 4]);
   assert.deepEqual(dec.reorders[0], [0, 0]);  // after step 1 both beams extend the only live row
 });
 
@@ -130,12 +129,13 @@ test("patience waits for round(K x patience) finished hypotheses", async () => {
   assert.deepEqual(hyp.tokens, [A, C, EOS]);
 });
 
-test("at the length limit early stopping finishes hypotheses without EOS", async () => {
+test("at the length limit both stopping rules finish hypotheses without EOS", async () => {
   const table = () => ({ [A]: 0.9, [B]: 0.1 - 1e-6 });
   const opts = { beamSize: 2, startId: START, eosId: EOS, limit: 3, alpha: 1, k: 5 };
   const early = await beamSearch(fakeDecoder(2, table), { ...opts, earlyStopping: true });
   assert.deepEqual(early.tokens, [A, A, A]);
   assert.ok(Math.abs(early.score - (3 * Math.log(0.9)) / lengthPenalty(3, 1, 5)) < 1e-5);
   const exact = await beamSearch(fakeDecoder(2, table), opts);
-  assert.deepEqual(exact.tokens, [A, A, EOS]);
+  assert.deepEqual(exact.tokens, [A, A, A]);
+  assert.equal(exact.score, early.score);
 });
