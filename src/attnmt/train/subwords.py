@@ -33,6 +33,7 @@ class SubwordSampler:
     Args:
         src_tok, tgt_tok: the run's SentencePiece tokenizers (one object when joint).
         alpha: ``train.subword_alpha``. nbest: ``train.subword_nbest``. seed: ``train.seed``.
+        target_languages: the model's (``tokenizer.target_languages``): empty for a model without tags.
     Raises:
         ConfigError: a tokenizer that is not a plain SentencePiece model (word-level, or an
             imported model's own vocabulary), or a multilingual model (its tags lead the sources).
