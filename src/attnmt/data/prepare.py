@@ -49,6 +49,7 @@ Library: multiprocessing (the worker pool), hashlib, numpy, tqdm, sentencepiece.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import gzip
 import hashlib
@@ -358,16 +359,24 @@ def _in_parallel(function, calls: list[tuple], workers: int) -> list:
     platform forks (the results in order; an exception in one is raised here)."""
     if workers <= 1 or len(calls) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return [function(*args) for args in calls]
-    with _start_pool(multiprocessing.get_context("fork"), min(workers, len(calls))) as pool:
-        stop_point()
+    with _pool(multiprocessing.get_context("fork"), min(workers, len(calls))) as pool:
         return pool.starmap(function, calls)
 
 
-def _start_pool(context, *args, **kwargs):
-    """``context.Pool(*args, **kwargs)``, started whole even if a stop signal arrives meanwhile
-    (:func:`attnmt.signals.put_off`): the caller's ``with`` block terminates its workers."""
+@contextlib.contextmanager
+def _pool(context, *args, **kwargs) -> Iterator:
+    """``with context.Pool(*args, **kwargs) as pool``, the pool started whole even if a stop
+    signal arrives meanwhile (:func:`attnmt.signals.put_off`), then the stop raised: leaving the
+    block terminates the workers.
+
+    Raises:
+        Interrupted: a stop signal arrived while the pool started.
+    """
     with put_off():
-        return context.Pool(*args, **kwargs)
+        pool = context.Pool(*args, **kwargs)
+    with pool:
+        stop_point()
+        yield pool
 
 
 def train_tokenizers(config: Config, src_lines: list[str], tgt_lines: list[str]
@@ -588,8 +597,7 @@ def encode_stream(jobs: Iterator[TextChunk], src_tok, tgt_tok, filters: Filters,
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else None)
     initargs = (_recipe(src_tok), _recipe(tgt_tok), src_tok is tgt_tok, filters, dtype.str)
-    with _start_pool(context, workers, initializer=_init_worker, initargs=initargs) as pool:
-        stop_point()
+    with _pool(context, workers, initializer=_init_worker, initargs=initargs) as pool:
         pending: collections.deque = collections.deque()
         for job in jobs:
             pending.append((pool.apply_async(_worker_chunk, (job,)), job))

@@ -170,16 +170,16 @@ class CTranslate2Engine:
             src_pieces, beam_size=1, num_hypotheses=1, length_penalty=0.0, max_decoding_length=longest,
             min_decoding_length=0, return_end_token=True, return_scores=True, max_input_length=0,
             suppress_sequences=self._forbidden or None)
-        found: list[tuple[list[str], bool, float | None]] = []  # (pieces without EOS, ended, log P or None: to score)
+        found: list[tuple[list[str], float | None]] = []  # (pieces without EOS, log P if it ended, else None: cut)
         for result, limit in zip(out, limits):
             pieces = result.hypotheses[0]
             ended = pieces[-1:] == [eos] and len(pieces) <= limit
-            found.append((pieces[:-1], True, result.scores[0]) if ended else (pieces[:limit], False, None))
-        todo = [i for i, (_, _, lp) in enumerate(found) if lp is None or options.return_token_log_probs]
+            found.append((pieces[:-1], result.scores[0]) if ended else (pieces[:limit], None))
+        todo = [i for i, (_, lp) in enumerate(found) if lp is None or options.return_token_log_probs]
         scored = dict(zip(todo, self._score([src_pieces[i] for i in todo], [found[i][0] for i in todo])))
         results = []
-        for i, (pieces, ended, lp) in enumerate(found):
-            ids = self.tgt_tokenizer.piece_ids(pieces) + ([EOS_ID] if ended else [])
+        for i, (pieces, lp) in enumerate(found):
+            ids = self.tgt_tokenizer.piece_ids(pieces) + ([EOS_ID] if lp is not None else [])
             lps = scored[i][:len(ids)] if i in scored else []  # score_batch adds EOS to a cut hypothesis
             log_prob = sum(lps) if lp is None else lp
             results.append([Hypothesis(ids, lps if options.return_token_log_probs else [], log_prob,
