@@ -126,27 +126,62 @@ def test_a_stop_that_python_swallows_is_raised_at_the_next_stop_point(capsys):
 
 
 @pytest.mark.parametrize("call", ["encode", "sample"])
-def test_a_stop_while_a_worker_pool_starts_leaves_no_worker_running(tmp_path, monkeypatch, call):
-    """Pool() cleans up after an Exception only: a stop raised inside it left its workers running."""
-    import multiprocessing.pool
+def test_a_stop_while_workers_start_leaves_no_worker_running(tmp_path, monkeypatch, call):
+    """A stop raised between two workers' starts left the first one running."""
+    import multiprocessing.process
 
     from attnmt.data import prepare as prepare_module
 
-    start_workers = multiprocessing.pool.Pool._repopulate_pool
+    start_worker = multiprocessing.process.BaseProcess.start
 
-    def signalled_while_starting(pool):
-        start_workers(pool)  # the workers are forked
-        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs at the next bytecode, still in Pool()
+    def signalled_while_starting(process):
+        start_worker(process)  # the worker is forked
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs at the next bytecode, between two starts
         sum(range(1000))
 
-    monkeypatch.setattr(multiprocessing.pool.Pool, "_repopulate_pool", signalled_while_starting)
-    src, _ = big_corpus(tmp_path, 10)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", signalled_while_starting)
     with StopSignals(raising=True), pytest.raises(Interrupted):
         if call == "sample":
             prepare_module._in_parallel(len, [("a",), ("b",)], workers=2)
         else:
             list(prepare_module.encode_stream(iter([]), None, None, None, np.dtype(np.uint16), workers=2))
-    assert multiprocessing.active_children() == []  # terminated and joined, not left behind
+    assert multiprocessing.active_children() == []  # killed and joined, not left behind
+
+
+class DiesWhileSent:
+    """A result whose sending kills the worker (as the kernel's out-of-memory killer would)."""
+
+    def __reduce__(self):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def answer(kind: str):
+    return DiesWhileSent() if kind == "dies" else kind
+
+
+def test_a_worker_that_dies_while_it_answers_is_an_error_not_a_hang():
+    import multiprocessing
+
+    from attnmt.data.workers import imap
+
+    with pytest.raises(RuntimeError, match="ended without answering"):  # a Pool waited for ever on the lost answer
+        list(imap(answer, [("ok",), ("dies",), ("ok",)], workers=2))
+    assert multiprocessing.active_children() == []
+
+
+def test_a_ctrl_c_that_reaches_the_workers_leaves_the_decision_to_attnmt():
+    """A terminal's Ctrl-C reaches every process of its group: a worker ignores it (no lost answer)."""
+    import multiprocessing
+    import threading
+
+    from attnmt.data.workers import imap
+
+    def interrupt_the_workers():
+        for child in multiprocessing.active_children():
+            os.kill(child.pid, signal.SIGINT)
+
+    threading.Timer(0.3, interrupt_the_workers).start()
+    assert list(imap(time.sleep, [(0.6,), (0.6,), (0.1,)], workers=2)) == [None, None, None]
 
 
 def test_sigterm_while_planning_an_epoch_saves_a_resumable_checkpoint(tmp_path, monkeypatch):

@@ -11,8 +11,8 @@ atomic rename (an exception leaves no half-written file). A second SIGINT raises
 Like ``KeyboardInterrupt``, :class:`Interrupted` is not an ``Exception``: an ``except
 Exception`` in library code does not swallow it. Python itself swallows what a ``__del__``
 method or a callback at ``fork`` raises; so long loops also call :func:`stop_point` once per
-unit of work, which raises the stop a swallowed raise left behind (and while a
-:class:`StopSignals` is entered, ``sys.unraisablehook`` prints nothing of such a raise: the
+unit of work, which raises the stop a swallowed raise left behind or :func:`put_off` held
+back (and while a :class:`StopSignals` is entered, ``sys.unraisablehook`` prints nothing of such a raise: the
 stop ends with one line). A signal that arrives inside the ``logging`` module (whose callback
 at ``fork`` would leave its lock held if the raise skipped the release) is sent again 50 ms
 later instead, to raise outside it.
@@ -72,7 +72,7 @@ class StopSignals:
         self._previous: dict[int, Any] = {}
         self._previous_hook: Any = None
         self._deferred = False  # a raise put off (module docstring): the signal is sent again
-        self._quiet = False  # inside put_off(): the flag only, without the checkpoint message
+        self._put_off = 0  # depth of put_off() blocks: the flag only, raised at a stop_point
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if os.getpid() != self._owner:  # a forked worker: the default action (termination)
@@ -94,7 +94,7 @@ class StopSignals:
         if resent:
             self._deferred = False
             return
-        if self._quiet:
+        if self._put_off:
             return
         log.warning("%s received: stopping at the next safe point with a resumable checkpoint", name)
 
@@ -175,18 +175,22 @@ def _defaults_in_child() -> None:
 @contextlib.contextmanager
 def put_off() -> Iterator[None]:
     """Inside the block a stop signal only sets the flag of the entered :class:`StopSignals`
-    in raising mode; the stop is raised at the next :func:`stop_point` after the block. For
-    code that a raise must not cut short: ``multiprocessing.Pool()`` terminates the workers
-    it started when its start raises an ``Exception``, not a ``BaseException`` such as
-    :class:`Interrupted`, and workers left behind outlive this process."""
-    stops = [s for s in _entered if s._raising]
+    in raising mode; :func:`stop_point` raises it, inside the block or after it. For code
+    that an exception at an arbitrary bytecode would leave broken: a worker pool. Its start
+    (``multiprocessing.Pool()`` terminates the workers it started when the start raises an
+    ``Exception``, not a ``BaseException`` such as :class:`Interrupted`) and its waits (a raise
+    between a lock's acquire and the ``with`` that releases it leaves the lock held; the
+    pool's result thread then waits on it for ever, and so does the pool's terminate).
+    Blocks nest."""
+    stops = [s for s in _entered if s._raising or s._put_off]
     for s in stops:
-        s._raising, s._quiet = False, True
+        s._raising, s._put_off = False, s._put_off + 1
     try:
         yield
     finally:
         for s in stops:
-            s._raising, s._quiet = True, False
+            s._put_off -= 1
+            s._raising = not s._put_off
 
 
 def stop_point() -> None:
@@ -198,5 +202,5 @@ def stop_point() -> None:
         Interrupted: such a signal was received.
     """
     for stop in _entered:
-        if stop.received is not None and stop._raising:
+        if stop.received is not None and (stop._raising or stop._put_off):
             raise Interrupted(stop.received)

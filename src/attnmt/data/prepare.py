@@ -43,20 +43,18 @@ three places: its one SentencePiece model is trained on a sample balanced across
 corpus' target language (counted in ``data.max_len``); and each direction's validation set is
 a split of its own (``valid.0``, ``valid.1``, ... listed in the manifest's ``valid_sets``).
 
-Library: multiprocessing (the worker pool), hashlib, numpy, tqdm, sentencepiece.
+Library: multiprocessing (worker processes: :mod:`attnmt.data.workers`), hashlib, numpy, tqdm, sentencepiece.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import gzip
 import hashlib
 import itertools
 import json
 import logging
-import multiprocessing
 import os
 import re
 import time
@@ -76,7 +74,8 @@ from attnmt.data.corpus import MAX_LINE_CHARS, dataset_pair_files, decode_lines
 from attnmt.data.tokenizers import Tokenizer, VocabTokenizer, WordTokenizer
 from attnmt.data.vectors import vec_words
 from attnmt.errors import ConfigError, DataError, WriteError
-from attnmt.signals import put_off, stop_point
+from attnmt.data.workers import imap
+from attnmt.signals import stop_point
 
 log = logging.getLogger(__name__)
 
@@ -357,26 +356,7 @@ def _sample_language(lang: str, paths: dict[Path, int | None], capacity: int, se
 def _in_parallel(function, calls: list[tuple], workers: int) -> list:
     """``[function(*args) for args in calls]``, in up to ``workers`` forked processes where the
     platform forks (the results in order; an exception in one is raised here)."""
-    if workers <= 1 or len(calls) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [function(*args) for args in calls]
-    with _pool(multiprocessing.get_context("fork"), min(workers, len(calls))) as pool:
-        return pool.starmap(function, calls)
-
-
-@contextlib.contextmanager
-def _pool(context, *args, **kwargs) -> Iterator:
-    """``with context.Pool(*args, **kwargs) as pool``, the pool started whole even if a stop
-    signal arrives meanwhile (:func:`attnmt.signals.put_off`), then the stop raised: leaving the
-    block terminates the workers.
-
-    Raises:
-        Interrupted: a stop signal arrived while the pool started.
-    """
-    with put_off():
-        pool = context.Pool(*args, **kwargs)
-    with pool:
-        stop_point()
-        yield pool
+    return list(imap(function, calls, min(workers, len(calls))))
 
 
 def train_tokenizers(config: Config, src_lines: list[str], tgt_lines: list[str]
@@ -588,25 +568,22 @@ def encode_stream(jobs: Iterator[TextChunk], src_tok, tgt_tok, filters: Filters,
     """Decode and encode chunks of text in order, in ``workers`` processes (1: in this
     process); yields each :class:`Chunk` with its text. The text travels to the workers as
     bytes, whole lines, so this process does no work per line. At most ``2 x workers`` chunks
-    are in flight, so memory stays bounded however long the stream (``Pool.imap`` would read
-    the whole input ahead)."""
+    are held (:func:`attnmt.data.workers.imap`), so memory stays bounded however long the
+    stream."""
     if workers <= 1:
         for job in jobs:
             yield encode_chunk(*decode_pairs(job), src_tok, tgt_tok, filters, dtype), job
         return
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else None)
     initargs = (_recipe(src_tok), _recipe(tgt_tok), src_tok is tgt_tok, filters, dtype.str)
-    with _pool(context, workers, initializer=_init_worker, initargs=initargs) as pool:
-        pending: collections.deque = collections.deque()
+    sent: collections.deque = collections.deque()  # the jobs in flight, in order
+
+    def calls() -> Iterator[tuple]:
         for job in jobs:
-            pending.append((pool.apply_async(_worker_chunk, (job,)), job))
-            if len(pending) >= 2 * workers:
-                result, done = pending.popleft()
-                yield result.get(), done
-        while pending:
-            result, done = pending.popleft()
-            yield result.get(), done
+            sent.append(job)
+            yield (job,)
+
+    for chunk in imap(_worker_chunk, calls(), workers, _init_worker, initargs):
+        yield chunk, sent.popleft()
 
 
 # ---- the whole preparation -----------------------------------------------------------------------
