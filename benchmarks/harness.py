@@ -174,6 +174,11 @@ def attnmt(*args: str) -> list[str]:
     return [sys.executable, "-m", "attnmt", *map(str, args)]
 
 
+def torchrun(*args: str) -> list[str]:
+    """``torchrun --nproc_per_node 2 -m attnmt ARGS`` in this interpreter."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "attnmt", *map(str, args)]
+
+
 def translate_cmd(model: Path, src: Path, out: Path, beam: int = 5, batch: int = 128, threads: int = 2,
                   **options) -> list[str]:
     """``attnmt translate`` of a file; ``options`` become ``--name value`` (``_`` -> ``-``; True: a bare flag)."""

@@ -95,11 +95,6 @@ def measured(cmd: list, run_dir: Path | None = None, env: dict | None = None) ->
     return out
 
 
-def torchrun(*args) -> list:
-    """``torchrun --nproc_per_node 2 -m attnmt ARGS`` in this interpreter."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "attnmt", *args]
-
-
 def median_run(tries: list[dict]) -> dict:
     """The median of each figure over repeated runs (each process's peak RSS by rank of size)."""
     median = lambda values: sorted(values)[len(values) // 2]  # noqa: E731
@@ -145,7 +140,7 @@ def corpora(args) -> None:
                               args.smoke)
         runs = {"prepared": (h.attnmt("train", config), {}),
                 "prepared_same": (h.attnmt("train", config, "--set", "train.accum_steps=2"), {}),
-                "torchrun": (torchrun("train", config), {"OMP_NUM_THREADS": "1"}),
+                "torchrun": (h.torchrun("train", config), {"OMP_NUM_THREADS": "1"}),
                 "text": (h.attnmt("train", text), {})}
         if args.base_src:
             runs["base"] = (h.attnmt("train", text), {"PYTHONPATH": str(Path(args.base_src).resolve())})
@@ -250,7 +245,7 @@ def simulate(args) -> None:
         config = write_config(work / f"n{pairs}" / "prepared.yaml", {"prepared": str(prepared)}, None, args.updates,
                               args.smoke)
         for name, cmd, env in (("train", h.attnmt("train", config), {}),
-                               ("torchrun", torchrun("train", config), {"OMP_NUM_THREADS": "1"})):
+                               ("torchrun", h.torchrun("train", config), {"OMP_NUM_THREADS": "1"})):
             if name in args.skip:
                 continue
             run_dir = work / f"n{pairs}" / f"run_{name}"

@@ -18,6 +18,9 @@
 ``--steps`` updates each at a constant learning rate, for each of ``--precisions``: the last
 window's target tokens/s, MFU against the matmul rate of the precision used, the validation loss
 at the end, and the graphs compiled and compile seconds with an empty inductor cache.
+
+``--part ddp``: the preset for ``--steps`` updates under torchrun with 2 processes of 1 thread, and in
+one process of 2 threads accumulating 2 batches (the same updates): validation perplexity and rate.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ SUITE = "train"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--part", choices=("peers", "compile"), default="peers")
+    p.add_argument("--part", choices=("peers", "compile", "ddp"), default="peers")
     p.add_argument("--updates", type=int, default=120, help="peers: updates per toolkit per round")
     p.add_argument("--rounds", type=int, default=2, help="peers: training rounds, the order alternating")
     p.add_argument("--log-every", type=int, default=20, help="peers: throughput window in updates")
@@ -50,9 +53,9 @@ def add_arguments(p) -> None:
     p.add_argument("--decode-rounds", type=int, default=2, help="peers: translation rounds (fastest kept)")
     p.add_argument("--decode-updates", type=int, default=600, help="peers: updates of the translation models")
     p.add_argument("--no-decode", action="store_true", help="peers: training only")
-    p.add_argument("--config", type=Path, default=h.ROOT / "configs" / "multi30k_de_en.yaml", help="compile: preset")
+    p.add_argument("--config", type=Path, default=h.ROOT / "configs" / "multi30k_de_en.yaml", help="compile, ddp: preset")
     p.add_argument("--precisions", nargs="+", default=["fp32"], choices=["fp32", "bf16"], help="compile")
-    p.add_argument("--steps", type=int, default=300, help="compile: updates of each run")
+    p.add_argument("--steps", type=int, default=300, help="compile, ddp: updates of each run")
 
 
 def setting(args) -> Setting:
@@ -118,6 +121,20 @@ def peers(args) -> None:
         raise SystemExit("failures:\n  " + "\n  ".join(failures))
 
 
+def trained(args, name: str, sets: dict, env: dict | None = None, torchrun: bool = False) -> list[dict]:
+    """``attnmt train`` of ``--config`` with ``sets`` (``torchrun``: 2 processes) into ``name``: its log records."""
+    out = args.work / SUITE / name
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = (h.torchrun if torchrun else h.attnmt)("train", args.config, "--output", out, "--data-dir", args.data,
+                                                 "--device", "cpu", *[x for k, v in sets.items() for x in ("--set", f"{k}={v}")])
+    h.run(cmd, env=env)
+    return [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+
+
+def last(logged: list[dict], kind: str, key: str) -> float:
+    return [r for r in logged if r["kind"] == kind][-1][key]
+
+
 def compiled(args) -> None:
     """Eager against compiled training, each precision; each run recorded."""
     from attnmt.config import load_config
@@ -126,22 +143,16 @@ def compiled(args) -> None:
     rates, config = probe(args.threads), load_config(args.config)
     for precision in args.precisions:
         for compile in (False,) if args.smoke else (False, True):  # compiling takes minutes
-            out = args.work / SUITE / f"{precision}-{'compiled' if compile else 'eager'}"
-            shutil.rmtree(out, ignore_errors=True)
+            name = f"{precision}-{'compiled' if compile else 'eager'}"
             sets = {"train.compile": str(compile).lower(), "train.precision": precision, "train.schedule": "constant",
                     "train.budget_decay": "inverse_sqrt", "train.max_minutes": "null", "train.max_steps": args.steps,
                     "train.log_every": min(100, max(1, args.steps // 2)), "train.valid_bleu": "false"}
-            cmd = h.attnmt("train", args.config, "--output", out, "--data-dir", args.data)
-            for key, value in sets.items():
-                cmd += ["--set", f"{key}={value}"]
-            cache = out.parent / f"{out.name}-inductor-cache"  # empty: a machine's first compile
+            cache = args.work / SUITE / f"{name}-inductor-cache"  # empty: a machine's first compile
             shutil.rmtree(cache, ignore_errors=True)
-            h.run(cmd, env={"TORCHINDUCTOR_CACHE_DIR": str(cache)})
-            logged = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
-            rate = [r for r in logged if r["kind"] == "train"][-1]["tgt_tokens_per_s"]
-            loss = [r for r in logged if r["kind"] == "valid"][-1]["valid_loss"]
+            logged = trained(args, name, sets, env={"TORCHINDUCTOR_CACHE_DIR": str(cache)})
+            rate, loss = last(logged, "train", "tgt_tokens_per_s"), last(logged, "valid", "valid_loss")
             done = next(r for r in logged if r["kind"] == "done")
-            tok = Tokenizer.load(out / "spm.model")
+            tok = Tokenizer.load(args.work / SUITE / name / "spm.model")
             pair = config.data.pair.split("-")
             lengths = list(zip(*[[len(ids) + 1 for ids in tok.encode_batch(h.read_lines(h.corpus(args, "train", x)))]
                                  for x in pair]))
@@ -159,10 +170,24 @@ def compiled(args) -> None:
                 h.record(args, SUITE, section, figure, value, column=column)
 
 
+def data_parallel(args) -> None:
+    """torchrun x2 (1 thread each) against one process of 2 threads making the same updates
+    (accum_steps 2): the validation perplexity after ``--steps`` updates and the last window's rate."""
+    sets = {"train.batch_tokens": 2048, "train.schedule": "noam", "train.lr_factor": 1.0, "train.warmup_steps": 1600,
+            "train.max_steps": args.steps, "train.max_minutes": "null", "train.log_every": min(100, max(1, args.steps // 2))}
+    for column, torchrun, extra in (("2 processes x 1 thread (torchrun, gloo)", True, {"train.num_threads": 1}),
+                                    ("1 process x 2 threads, accum_steps 2", False,
+                                     {"train.num_threads": 2, "train.accum_steps": 2})):
+        logged = trained(args, f"ddp-{len(extra)}", {**sets, **extra}, torchrun=torchrun)
+        h.record(args, SUITE, "Data-parallel training on CPU", f"valid ppl after {args.steps} updates (tgt tok/s)",
+                 f"{last(logged, 'valid', 'valid_ppl'):.2f} ({last(logged, 'train', 'tgt_tokens_per_s'):,.0f})",
+                 column=column)
+
+
 def run(args) -> None:
     if args.smoke:
         args.updates, args.rounds, args.log_every, args.warmup, args.decode_updates = 4, 1, 2, 10, 0
         args.test_lines, args.decode_rounds, args.steps, args.toolkits = 8, 1, 2, "attnmt,joeynmt,onmt"
         args.config = h.small_config(args, args.work / "smoke" / "compile")
     os.environ.setdefault("ATTNMT_DATA", str(h.corpus(args, "train", "de").parents[1]))
-    (peers if args.part == "peers" else compiled)(args)
+    {"peers": peers, "compile": compiled, "ddp": data_parallel}[args.part](args)

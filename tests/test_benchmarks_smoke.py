@@ -20,7 +20,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = os.environ.get("ATTNMT_DATA")
-RUNS = [("train", "--part", "peers"), ("train", "--part", "compile"), ("translate", "--part", "engines"),
+RUNS = [("train", "--part", "peers"), ("train", "--part", "compile"), ("train", "--part", "ddp"),
+        ("translate", "--part", "engines"),
         ("translate", "--part", "stopping", "--parallel", "--tune", "0.6,1.0"), ("serve", "--driver", "httpx"),
         ("serve", "--driver", "wrk"), ("web",), ("data", "--part", "corpora"), ("data", "--part", "simulate"),
         ("quality", "--part", "presets", "--inference-precisions", "fp32,int8"),

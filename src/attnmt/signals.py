@@ -12,14 +12,14 @@ Like ``KeyboardInterrupt``, :class:`Interrupted` is not an ``Exception``: an ``e
 Exception`` in library code does not swallow it. Python itself swallows what a ``__del__``
 method or a callback at ``fork`` raises; so long loops also call :func:`stop_point` once per
 unit of work, which raises the stop a swallowed raise left behind or :func:`put_off` held
-back (and while a :class:`StopSignals` is entered, ``sys.unraisablehook`` prints nothing of such a raise: the
-stop ends with one line). A signal that arrives inside the ``logging`` module (whose callback
+back (and while a :class:`StopSignals` is entered, ``sys.unraisablehook`` prints nothing of
+such a raise: the stop ends with one line). A signal that arrives inside the ``logging`` module (whose callback
 at ``fork`` would leave its lock held if the raise skipped the release) is sent again 50 ms
 later instead, to raise outside it.
 
-A process forked while the handlers are installed (a worker pool) does not inherit the stop
-(``os.register_at_fork`` puts the default actions back in the child at once):
-there the signal takes its default action, so that ``Pool.terminate()`` ends the workers.
+A process forked while the handlers are installed (a worker) does not inherit the stop
+(``os.register_at_fork`` puts the default actions back in the child at once): there a
+signal takes its default action, whatever the worker is doing.
 
 Library: signal, threading (standard library).
 """
@@ -163,7 +163,7 @@ _fork_hook: list[bool] = []  # [True] once _defaults_in_child is registered with
 
 def _defaults_in_child() -> None:
     """In a process just forked while handlers are installed (a worker pool): the default
-    actions at once, so that a SIGTERM from ``Pool.terminate()`` ends the worker in the kernel,
+    actions at once, so that a signal from its parent ends the worker in the kernel,
     whatever Python code (or blocking call) the worker is in."""
     if _entered:
         for s in StopSignals.SIGNALS:
@@ -176,11 +176,8 @@ def _defaults_in_child() -> None:
 def put_off() -> Iterator[None]:
     """Inside the block a stop signal only sets the flag of the entered :class:`StopSignals`
     in raising mode; :func:`stop_point` raises it, inside the block or after it. For code
-    that an exception at an arbitrary bytecode would leave broken: a worker pool. Its start
-    (``multiprocessing.Pool()`` terminates the workers it started when the start raises an
-    ``Exception``, not a ``BaseException`` such as :class:`Interrupted`) and its waits (a raise
-    between a lock's acquire and the ``with`` that releases it leaves the lock held; the
-    pool's result thread then waits on it for ever, and so does the pool's terminate).
+    that an exception at an arbitrary bytecode would leave broken, such as starting worker
+    processes (one forked but not yet recorded for the cleanup would outlive this process).
     Blocks nest."""
     stops = [s for s in _entered if s._raising or s._put_off]
     for s in stops:
