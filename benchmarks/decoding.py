@@ -17,8 +17,7 @@ from setting import HERE, MAX_OUTPUT, ROOT, Setting, peer_venv
 
 def _decode_record(name: str, model: str, p: Proc, decode_s: float, hyp: Path, s: Setting) -> dict:
     rec = {"system": name, "model": model, "decode_s": decode_s, "process_s": p.seconds, "peak_rss": p.peak_rss,
-           "hyp": str(hyp)}
-    rec["bleu"] = bleu(hyp, s.data / "test.en")[0]
+           "hyp": str(hyp), "bleu": bleu(hyp, s.data / "test.en")[0]}
     print(f"[bench]   {name}: decode {decode_s:.2f} s, process {p.seconds:.1f} s, BLEU {rec['bleu']}", flush=True)
     return rec
 
@@ -36,9 +35,8 @@ def decode_joeynmt(s: Setting, train_rec: dict) -> dict:
     """JoeyNMT's translation of the test set with the model of ``train_rec``."""
     out = s.work / "decode" / "joeynmt"
     hyp = out.with_suffix(".hyp")
-    py = peer_venv("joeynmt") / "bin/python"
     # JoeyNMT 2.3.0's translate fails writing to -o (AttributeError on args.n_best): stdout instead
-    p = run([str(py), "-m", "joeynmt", "translate", train_rec["config"]],
+    p = run([str(peer_venv("joeynmt") / "bin/python"), "-m", "joeynmt", "translate", train_rec["config"]],
             env=s.env, log=out.with_suffix(".log"), check="raise", stdin=s.data / "test.de", stdout=hyp)
     m = re.search(r"Generation took ([\d.]+)\[sec\]", p.output)
     return _decode_record("JoeyNMT", f"{s.updates} updates", p, float(m.group(1)) if m else float("nan"), hyp, s)
@@ -48,21 +46,16 @@ def decode_onmt(s: Setting, train_rec: dict) -> dict:
     """OpenNMT-py's translation of the test set with the checkpoint of ``train_rec``."""
     out = s.work / "decode" / "onmt"
     hyp = out.with_suffix(".hyp")
-    bin_dir = peer_venv("onmt") / "bin"
-    p = run([str(bin_dir / "onmt_translate"), "-model", train_rec["model"], "-src", str(s.data / "test.de"),
+    p = run([str(peer_venv("onmt") / "bin" / "onmt_translate"), "-model", train_rec["model"], "-src", str(s.data / "test.de"),
              "-output", str(hyp), "-beam_size", "5", "-batch_size", str(s.decode_batch), "-batch_type", "sents",
              "-transforms", "sentencepiece", "-src_subword_model", str(s.data / "spm.model"),
              "-tgt_subword_model", str(s.data / "spm.model"), "-length_penalty", "wu", "-alpha", "0.6",
              "-max_length", str(MAX_OUTPUT), "-report_time", "-gpu", "-1"], env=s.env, log=out.with_suffix(".log"),
             check="raise")
-    text = p.output
     n = len((s.data / "test.de").read_text(encoding="utf-8").splitlines())
-    m = re.search(r"Average translation time \(ms\): ([\d.]+)", text)
-    if m:
-        decode_s = float(m.group(1)) * n / 1000
-    else:
-        m = re.search(r"Total translation time \(s\): ([\d.]+)", text)
-        decode_s = float(m.group(1)) if m else float("nan")
+    average, total = (re.search(pattern, p.output) for pattern in (r"Average translation time \(ms\): ([\d.]+)",
+                                                                   r"Total translation time \(s\): ([\d.]+)"))
+    decode_s = float(average.group(1)) * n / 1000 if average else float(total.group(1)) if total else float("nan")
     return _decode_record("OpenNMT-py", train_rec["label"], p, decode_s, hyp, s)
 
 

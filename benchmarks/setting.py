@@ -58,16 +58,12 @@ class Setting:
     def fill(self, template: str, dest: Path, updates: int | None = None, **extra) -> Path:
         """``configs/<template>`` filled in for this run (``updates`` defaults to the timed
         rounds' count), written to ``dest``."""
-        text = fill_template(template, data=self.data, updates=updates or self.updates, warmup=self.warmup,
-                             threads=self.threads, log_every=self.log_every, decode_batch=self.decode_batch, **extra)
+        text = string.Template((HERE / "configs" / template).read_text(encoding="utf-8")).substitute(
+            data=self.data, updates=updates or self.updates, warmup=self.warmup, threads=self.threads,
+            log_every=self.log_every, decode_batch=self.decode_batch, **extra)  # its $name placeholders
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(text, encoding="utf-8")
         return dest
-
-
-def fill_template(template: str, **values) -> str:
-    """The text of ``configs/<template>`` with its ``$name`` placeholders filled from ``values``."""
-    return string.Template((HERE / "configs" / template).read_text(encoding="utf-8")).substitute(**values)
 
 
 def peer_venv(toolkit: str) -> Path:
@@ -77,11 +73,7 @@ def peer_venv(toolkit: str) -> Path:
 
 def versions() -> dict:
     """Toolkit -> {package: version} for attnmt and the peers' environments that exist."""
-    try:
-        attnmt = importlib.metadata.version("attnmt")
-    except Exception:  # noqa: BLE001 - informational only
-        attnmt = "?"
-    out = {"attnmt": {"attnmt": attnmt}}
+    out = {"attnmt": {"attnmt": importlib.metadata.version("attnmt")}}
     for key, pkgs in (("joeynmt", ["joeynmt", "torch"]), ("onmt", ["OpenNMT-py", "ctranslate2", "torch"])):
         py = peer_venv(key) / "bin/python"
         if py.exists():
@@ -113,9 +105,8 @@ def prepare_data(s: Setting) -> dict:
 
     if not spm_path.exists():
         t0 = time.perf_counter()
-        text = (s.data / "train.de").read_text(encoding="utf-8").splitlines() + \
-            (s.data / "train.en").read_text(encoding="utf-8").splitlines()
-        Tokenizer.train(text, vocab_size=8000, model_type="unigram", character_coverage=1.0, seed=1).save(spm_path)
+        Tokenizer.train(read_lines(s.data / "train.de") + read_lines(s.data / "train.en"), vocab_size=8000,
+                        model_type="unigram", character_coverage=1.0, seed=1).save(spm_path)
         print(f"[bench] trained the joint SentencePiece model in {time.perf_counter() - t0:.1f} s", flush=True)
     tok = Tokenizer.load(spm_path)
     # the pieces without SentencePiece's own specials (ids 0-3): JoeyNMT and OpenNMT-py put their
@@ -123,7 +114,6 @@ def prepare_data(s: Setting) -> dict:
     pieces = tok.pieces(list(range(4, len(tok))))
     (s.data / "pieces.txt").write_text("".join(p + "\n" for p in pieces), encoding="utf-8")
     # corpus statistics for the FLOP count: (source, target) lengths with EOS, as trained
-    src = tok.encode_batch((s.data / "train.de").read_text(encoding="utf-8").splitlines())
-    tgt = tok.encode_batch((s.data / "train.en").read_text(encoding="utf-8").splitlines())
+    src, tgt = (tok.encode_batch(read_lines(s.data / f"train.{x}")) for x in ("de", "en"))
     lengths = [(len(a) + 1, len(b) + 1) for a, b in zip(src, tgt) if a and b and len(a) <= 100 and len(b) <= 100]
     return {"vocab_size": len(tok), "lengths": lengths}

@@ -39,7 +39,8 @@ PARTS = ("presets", "multilingual", "distill", "fast", "finetune", "control")
 def add_arguments(p) -> None:
     p.add_argument("--part", choices=PARTS, help="one part (default with --smoke: all)")
     p.add_argument("--presets", default=",".join(PRESETS), help="presets: comma-separated names of configs/NAME.yaml")
-    p.add_argument("--runs", type=Path, default=h.WORK / "presets", help="presets: where the runs go")
+    p.add_argument("--runs", type=Path, default=h.WORK / "presets",
+                   help="where the presets' runs go (a model option naming configs/NAME.yaml is trained into NAME)")
     p.add_argument("--inference-precisions", default="", help="presets: also test at these, e.g. fp32,bf16,int8")
     p.add_argument("--model", type=Path, help="multilingual, control: the model directory")
     p.add_argument("--bilingual", action="append", default=[], metavar="SRC-TGT=DIR",
@@ -69,6 +70,29 @@ def test_files(args, out: Path, repeat: int = 1) -> tuple[Path, Path, Path]:
             h.write_lines(out / "test_x.de", src * repeat))
 
 
+def trained(args, config: Path, run_dir: Path) -> dict:
+    """Train (or resume) ``config`` into ``run_dir`` unless it is done; its "done" record."""
+    from attnmt.config import load_config
+
+    cfg = load_config(config)
+    for side, path in (("src", cfg.model.src_vectors), ("tgt", cfg.model.tgt_vectors)):
+        if path and not (h.ROOT / path).exists():
+            h.run(h.attnmt("train-vectors", config, "--side", side, "--output", path, "--data-dir", args.data))
+    log = run_dir / "train_log.jsonl"
+    if not (log.exists() and '"kind": "done"' in log.read_text()):
+        resume = ["--resume"] if (run_dir / "checkpoints" / "last.pt").exists() else []
+        h.run(h.attnmt("train", config, "--output", run_dir, "--data-dir", args.data, *resume))
+    return next(r for r in map(json.loads, reversed(log.read_text().splitlines())) if r["kind"] == "done")
+
+
+def model_of(args, path: Path | None) -> Path | None:
+    """``path``, or for a preset's config (``configs/NAME.yaml``) its run ``--runs``/NAME, trained first."""
+    if path is None or path.suffix != ".yaml":
+        return path
+    trained(args, path, args.runs / path.stem)
+    return args.runs / path.stem
+
+
 def presets(args) -> None:
     """Train (or resume) and test each preset."""
     from attnmt.config import load_config
@@ -80,16 +104,7 @@ def presets(args) -> None:
             config, run_dir = h.small_config(args, args.work / "smoke" / "preset"), args.work / "smoke" / "preset-run"
         cfg = load_config(config)
         src, tgt = cfg.data.pair.split("-") if cfg.data.pair else ("de", "en")
-        for side, path in (("src", cfg.model.src_vectors), ("tgt", cfg.model.tgt_vectors)):
-            if path and not (h.ROOT / path).exists():
-                h.run(h.attnmt("train-vectors", config, "--side", side, "--output", path, "--data-dir", args.data))
-        log = run_dir / "train_log.jsonl"
-        logged = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
-        if not any(r["kind"] == "done" for r in logged):
-            resume = ["--resume"] if (run_dir / "checkpoints" / "last.pt").exists() else []
-            h.run(h.attnmt("train", config, "--output", run_dir, "--data-dir", args.data, *resume))
-            logged = [json.loads(x) for x in log.read_text().splitlines()]
-        done = next(r for r in reversed(logged) if r["kind"] == "done")
+        done = trained(args, config, run_dir)
         test = [h.write_lines(run_dir / f"test.{x}", h.read_lines(h.corpus(args, "test_2016_flickr", x), args.limit))
                 for x in (src, tgt)]
         scores = h.evaluate(run_dir, *test)
@@ -246,6 +261,8 @@ def fast(args) -> None:
 
 def run(args) -> None:
     parts = [args.part] if args.part else list(PARTS) if args.smoke else ["presets"]
+    for name in ("model", "teacher", "student", "baseline", "default", "fast"):
+        setattr(args, name, model_of(args, getattr(args, name)))
     for part in parts:
         if args.smoke:
             model = h.smoke_model(args)
