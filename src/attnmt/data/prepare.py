@@ -73,8 +73,8 @@ from attnmt.data.blocks import HashedReader, TextChunk, head_lines, pair_chunks,
 from attnmt.data.corpus import MAX_LINE_CHARS, dataset_pair_files, decode_lines
 from attnmt.data.tokenizers import Tokenizer, VocabTokenizer, WordTokenizer
 from attnmt.data.vectors import vec_words
-from attnmt.errors import ConfigError, DataError, WriteError
 from attnmt.data.workers import imap
+from attnmt.errors import ConfigError, DataError, WriteError
 from attnmt.signals import stop_point
 
 log = logging.getLogger(__name__)
