@@ -126,7 +126,7 @@ def test_a_stop_that_python_swallows_is_raised_at_the_next_stop_point(capsys):
 
 
 @pytest.mark.parametrize("call", ["encode", "sample"])
-def test_a_stop_while_workers_start_leaves_no_worker_running(tmp_path, monkeypatch, call):
+def test_a_stop_while_workers_start_leaves_no_worker_running(monkeypatch, call):
     """A stop raised between two workers' starts left the first one running."""
     import multiprocessing.process
 
