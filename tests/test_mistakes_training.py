@@ -327,3 +327,34 @@ def test_sigterm_while_distilling_keeps_only_whole_chunks(tmp_path, tiny_run):
     assert chunks and all(p.suffix == ".tgt" for p in chunks)  # no temporary file of the chunk in progress
     assert all(len(p.read_text().splitlines()) == 2000 for p in chunks)  # whole chunks, which a rerun skips
     assert len(chunks) < 20 and not (tmp_path / "student" / "distill" / "train.tgt").exists()
+
+
+KILLED_PARENT = """
+import multiprocessing, os, signal, time
+from attnmt.data.workers import imap
+
+calls = imap(time.sleep, [(0.1,)] * 4, workers=3)
+next(calls)  # the workers run
+print(" ".join(str(p.pid) for p in multiprocessing.active_children()), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's out-of-memory killer would
+"""
+
+
+def test_workers_end_when_their_parent_is_killed():
+    """Each worker held the other workers' pipes open, so none saw its pipe close: they outlived a killed parent."""
+    import psutil
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", KILLED_PARENT], env=env, text=True, capture_output=True, timeout=60)
+    pids = [int(pid) for pid in done.stdout.split()]
+    assert done.returncode == -signal.SIGKILL and len(pids) == 3, done.stderr
+
+    def running(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+    deadline = time.monotonic() + STOP_SECONDS
+    while any(map(running, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(map(running, pids)), [pid for pid in pids if running(pid)]

@@ -7,7 +7,7 @@ between its workers and its own threads: a worker killed while it sends a result
 leaves the result queue's lock held, and the pool's terminate then waits for ever. Here each
 worker talks to this process over a pipe of its own and shares nothing else, so killing the
 workers at any moment leaves nothing held; a worker ignores SIGINT (this process decides) and
-ends when its pipe closes, so none outlives this process.
+ends when its pipe closes, so none outlives this process, even one killed with SIGKILL.
 
 Library: multiprocessing (standard library): Process, Pipe, connection.wait.
 """
@@ -22,9 +22,13 @@ from typing import Any, Callable, Iterable, Iterator
 from attnmt.signals import put_off, stop_point
 
 
-def _serve(conn, function: Callable, initializer: Callable | None, initargs: tuple) -> None:
+def _serve(conn, others: list, function: Callable, initializer: Callable | None, initargs: tuple) -> None:
     """A worker's loop: receive the arguments of a call, send back ``(True, result)`` or
-    ``(False, exception)``, until the pipe closes."""
+    ``(False, exception)``, until the pipe closes. ``others``: the parent's ends of this
+    worker's pipe and of those forked before it, inherited by the fork and closed here, so that
+    each pipe closes when the parent ends, however it ends."""
+    for other in others:
+        other.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C reaches every process: the parent stops us
     if initializer is not None:
         initializer(*initargs)
@@ -37,7 +41,10 @@ def _serve(conn, function: Callable, initializer: Callable | None, initargs: tup
             answer = (True, function(*args))
         except Exception as error:  # raised again in the parent
             answer = (False, error)
-        conn.send(answer)
+        try:
+            conn.send(answer)
+        except (BrokenPipeError, ConnectionResetError):  # the parent is gone: nobody to answer
+            return
 
 
 def imap(function: Callable, calls: Iterable[tuple], workers: int, initializer: Callable | None = None,
@@ -65,7 +72,8 @@ def imap(function: Callable, calls: Iterable[tuple], workers: int, initializer: 
         with put_off():  # started whole (each one in `processes` before it can be left behind), then the stop
             for _ in range(workers):
                 conn, child = context.Pipe()
-                process = context.Process(target=_serve, args=(child, function, initializer, initargs), daemon=True)
+                process = context.Process(target=_serve, args=(child, [*idle, conn], function, initializer, initargs),
+                                          daemon=True)
                 processes.append(process)
                 process.start()
                 child.close()
