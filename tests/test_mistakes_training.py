@@ -358,3 +358,4 @@ def test_workers_end_when_their_parent_is_killed():
     while any(map(running, pids)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(map(running, pids)), [pid for pid in pids if running(pid)]
+    assert "Traceback" not in done.stderr, done.stderr  # a worker whose parent is gone ends quietly

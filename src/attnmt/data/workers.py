@@ -35,7 +35,7 @@ def _serve(conn, others: list, function: Callable, initializer: Callable | None,
     while True:
         try:
             args = conn.recv()
-        except EOFError:
+        except (EOFError, ConnectionResetError):  # the parent closed the pipe, or is gone
             return
         try:
             answer = (True, function(*args))
