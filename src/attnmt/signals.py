@@ -72,7 +72,7 @@ class StopSignals:
         self._previous: dict[int, Any] = {}
         self._previous_hook: Any = None
         self._deferred = False  # a raise put off (module docstring): the signal is sent again
-        self._put_off = 0  # depth of put_off() blocks: the flag only, raised at a stop_point
+        self._quiet = False  # inside put_off(): the flag only, without the checkpoint message
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if os.getpid() != self._owner:  # a forked worker: the default action (termination)
@@ -94,7 +94,7 @@ class StopSignals:
         if resent:
             self._deferred = False
             return
-        if self._put_off:
+        if self._quiet:
             return
         log.warning("%s received: stopping at the next safe point with a resumable checkpoint", name)
 
@@ -175,19 +175,17 @@ def _defaults_in_child() -> None:
 @contextlib.contextmanager
 def put_off() -> Iterator[None]:
     """Inside the block a stop signal only sets the flag of the entered :class:`StopSignals`
-    in raising mode; :func:`stop_point` raises it, inside the block or after it. For code
-    that an exception at an arbitrary bytecode would leave broken, such as starting worker
-    processes (one forked but not yet recorded for the cleanup would outlive this process).
-    Blocks nest."""
-    stops = [s for s in _entered if s._raising or s._put_off]
+    in raising mode; the stop is raised at the next :func:`stop_point` after the block. For
+    code that an exception at an arbitrary bytecode would leave broken, such as starting worker
+    processes (one forked but not yet recorded for the cleanup would outlive this process)."""
+    stops = [s for s in _entered if s._raising]
     for s in stops:
-        s._raising, s._put_off = False, s._put_off + 1
+        s._raising, s._quiet = False, True
     try:
         yield
     finally:
         for s in stops:
-            s._put_off -= 1
-            s._raising = not s._put_off
+            s._raising, s._quiet = True, False
 
 
 def stop_point() -> None:
@@ -199,5 +197,5 @@ def stop_point() -> None:
         Interrupted: such a signal was received.
     """
     for stop in _entered:
-        if stop.received is not None and (stop._raising or stop._put_off):
+        if stop.received is not None and stop._raising:
             raise Interrupted(stop.received)
