@@ -106,7 +106,7 @@ def imap(function: Callable, calls: Iterable[tuple], workers: int, initializer: 
 def _receive(conn) -> Any:
     try:
         ok, value = conn.recv()
-    except EOFError:
+    except (EOFError, ConnectionResetError):  # as in _serve: a closed or a reset pipe
         raise RuntimeError("a worker process of attnmt ended without answering (killed, or out of memory)") from None
     if not ok:
         raise value
