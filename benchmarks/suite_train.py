@@ -126,7 +126,7 @@ def trained(args, name: str, sets: dict, env: dict | None = None, torchrun: bool
     out = args.work / SUITE / name
     shutil.rmtree(out, ignore_errors=True)
     cmd = (h.torchrun if torchrun else h.attnmt)("train", args.config, "--output", out, "--data-dir", args.data,
-                                                 "--device", "cpu", *[x for k, v in sets.items() for x in ("--set", f"{k}={v}")])
+                                                 *[x for k, v in sets.items() for x in ("--set", f"{k}={v}")])
     h.run(cmd, env=env)
     return [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
 
@@ -171,10 +171,10 @@ def compiled(args) -> None:
 
 
 def data_parallel(args) -> None:
-    """torchrun x2 (1 thread each) against one process of 2 threads making the same updates
-    (accum_steps 2): the validation perplexity after ``--steps`` updates and the last window's rate."""
-    sets = {"train.batch_tokens": 2048, "train.schedule": "noam", "train.lr_factor": 1.0, "train.warmup_steps": 1600,
-            "train.max_steps": args.steps, "train.max_minutes": "null", "train.log_every": min(100, max(1, args.steps // 2))}
+    """torchrun x2 (1 thread each) against 1 process of 2 threads accumulating the same updates: ppl, rate."""
+    sets = {"train.device": "cpu", "train.batch_tokens": 2048, "train.schedule": "noam", "train.lr_factor": 1.0,
+            "train.warmup_steps": 1600, "train.max_steps": args.steps, "train.max_minutes": "null",
+            "train.log_every": min(100, max(1, args.steps // 2))}
     for column, torchrun, extra in (("2 processes x 1 thread (torchrun, gloo)", True, {"train.num_threads": 1}),
                                     ("1 process x 2 threads, accum_steps 2", False,
                                      {"train.num_threads": 2, "train.accum_steps": 2})):
