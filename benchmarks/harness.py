@@ -114,8 +114,7 @@ class PeakRSS:
             self.stop.wait(POLL_S)
 
     def __enter__(self) -> PeakRSS:
-        self.thread.start()
-        return self
+        return self.thread.start() or self
 
     def __exit__(self, *exc) -> None:
         self.stop.set()
@@ -139,9 +138,8 @@ def run(cmd: list[str], env: dict | None = None, cwd: Path | None = None, check:
     with PeakRSS(p.pid, pss) as rss:
         out = b"".join(x or b"" for x in p.communicate()).decode("utf-8", "replace")
         seconds = time.perf_counter() - t0
-    for f in (fin, fout):
-        if hasattr(f, "close"):
-            f.close()
+    for f in (f for f in (fin, fout) if hasattr(f, "close")):
+        f.close()
     if log:
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(f"$ {shlex.join(cmd)}\n{out}", encoding="utf-8")
@@ -184,12 +182,8 @@ def translate_cmd(model: Path, src: Path, out: Path, beam: int = 5, batch: int =
     """``attnmt translate`` of a file; ``options`` become ``--name value`` (``_`` -> ``-``; True: a bare flag)."""
     cmd = attnmt("translate", "--model", model, "--input", src, "--output", out, "--beam-size", beam,
                  "--batch-size", batch, "--threads", threads)
-    for name, value in options.items():
-        if value is None or value is False:
-            continue
-        cmd.append("--" + name.replace("_", "-"))
-        if value is not True:
-            cmd.append(str(value))
+    for name, value in ((n, v) for n, v in options.items() if v is not None and v is not False):
+        cmd += ["--" + name.replace("_", "-")] + ([] if value is True else [str(value)])
     return cmd
 
 

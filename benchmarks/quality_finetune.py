@@ -1,17 +1,10 @@
 """Does fine-tuning pay? Multi30k de->en split in two halves, a budget counted in updates.
 
-Multi30k train is split into halves A and B by a seeded shuffle (files in a temporary work
-directory, never in the repository). Three runs of the de->en preset (configs/multi30k_de_en.yaml:
-its model, tokenizer and batching; an update-count budget with an inverse-square-root schedule
-instead of its wall-clock one, so that other load on the machine cannot change what is trained):
-
-  half-A     half A, for half the budget (its own SentencePiece model)
-  A -> B     half-A's model fine-tuned on half B for the other half (train.init_from)
-  B alone    half B, for the whole budget
-
-Each is scored on test_2016_flickr (sacreBLEU, the preset's beam search) with ``attnmt
-evaluate``. Records each run (``python -m benchmarks quality --part finetune --updates 3000 --set model.d_model=128 ...``).
-"""
+Three runs of the de->en preset's model, tokenizer and batching on halves A and B of a seeded
+shuffle of Multi30k train (written into the work folder), with an update-count budget and an
+inverse-square-root schedule, so that other load cannot change what is trained: half-A (half A,
+half the budget), A -> B (half-A's model fine-tuned on B for the other half, ``train.init_from``)
+and B alone (the whole budget); each scored on test_2016_flickr by ``attnmt evaluate``."""
 
 from __future__ import annotations
 
@@ -91,8 +84,8 @@ def add_arguments(p) -> None:
     p.add_argument("--valid-every", type=int, default=200, help="finetune")
     p.add_argument("--seed", type=int, default=1, help="finetune: seed of the A/B split; control: of the phrases")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="finetune: override a key of the preset in every run, e.g. model.d_model=128 (model and "
-                        "tokenizer keys go to the runs from scratch; the fine-tuning run inherits them)")
+                   help="finetune: a key of the preset in every run, e.g. model.d_model=128 (the fine-tuning run "
+                        "inherits model and tokenizer keys); recipes: the recipe's keys")
 
 
 SMOKE = ["model.d_model=32", "model.d_ff=64", "model.num_heads=4", "model.num_encoder_layers=1",

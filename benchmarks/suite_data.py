@@ -98,11 +98,9 @@ def measured(cmd: list, run_dir: Path | None = None, env: dict | None = None) ->
 def median_run(tries: list[dict]) -> dict:
     """The median of each figure over repeated runs (each process's peak RSS by rank of size)."""
     median = lambda values: sorted(values)[len(values) // 2]  # noqa: E731
-    width = min(len(t["rss_mib"]) for t in tries)
-    return {"seconds": median([t["seconds"] for t in tries]), "first_update_s": median([t.get("first_update_s") or 0
-                                                                                        for t in tries]),
-            "rss_mib": [median([t["rss_mib"][i] for t in tries]) for i in range(width)],
-            "runs_rss_mib": [t["rss_mib"] for t in tries]}
+    return {"seconds": median([t["seconds"] for t in tries]), "runs_rss_mib": [t["rss_mib"] for t in tries],
+            "first_update_s": median([t.get("first_update_s") or 0 for t in tries]),
+            "rss_mib": [median([t["rss_mib"][i] for t in tries]) for i in range(min(len(t["rss_mib"]) for t in tries))]}
 
 
 def encoding_ceiling(prepared: Path, src: Path, tgt: Path, lines: int = 200_000) -> int:

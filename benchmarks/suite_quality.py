@@ -17,6 +17,9 @@ gzip-compressed.
 and length penalty chosen on val (the smallest beam within ``--tolerance`` BLEU of the best), test
 BLEU/chrF of both, and whole ``attnmt translate`` processes on ``--repeat`` copies of test2016.
 
+``--part recipes``: the de-en preset with ``--set`` keys (named ``--recipe``) capped at N updates of
+``--caps`` (1 thread: two at once keep their result) and at N = 0 its own budget (alone).
+
 ``--part finetune`` and ``--part control``: see quality_finetune.py and quality_control.py.
 """
 
@@ -33,7 +36,7 @@ import quality_finetune
 SUITE = "quality"
 PRESETS = ("multi30k_de_en", "multi30k_en_de", "multi30k_en_fr", "tutorial_word_de_en", "prenorm_frozen_de_en",
            "spm_base_fr_en", "paper_base_de_en")
-PARTS = ("presets", "multilingual", "distill", "fast", "finetune", "control")
+PARTS = ("presets", "multilingual", "distill", "fast", "recipes", "finetune", "control")
 
 
 def add_arguments(p) -> None:
@@ -58,6 +61,8 @@ def add_arguments(p) -> None:
     p.add_argument("--repeat", type=int, default=3, help="distill, fast: copies of test2016 timed")
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds; the fastest kept")
     p.add_argument("--limit", type=int, help="only the first N test (and val) sentences")
+    p.add_argument("--recipe", default="preset", help="recipes: the name of the preset with these --set keys")
+    p.add_argument("--caps", default="2500,0", help="recipes: update caps (0: the preset's own budget)")
     quality_finetune.add_arguments(p)
     quality_control.add_arguments(p)
 
@@ -70,8 +75,9 @@ def test_files(args, out: Path, repeat: int = 1) -> tuple[Path, Path, Path]:
             h.write_lines(out / "test_x.de", src * repeat))
 
 
-def trained(args, config: Path, run_dir: Path) -> dict:
-    """Train (or resume) ``config`` into ``run_dir`` unless it is done; its "done" record."""
+def trained(args, config: Path, run_dir: Path, *options) -> dict:
+    """Train (or resume) ``config`` (with ``attnmt train``'s ``options``) into ``run_dir`` unless it is done;
+    its "done" record."""
     from attnmt.config import load_config
 
     cfg = load_config(config)
@@ -81,7 +87,7 @@ def trained(args, config: Path, run_dir: Path) -> dict:
     log = run_dir / "train_log.jsonl"
     if not (log.exists() and '"kind": "done"' in log.read_text()):
         resume = ["--resume"] if (run_dir / "checkpoints" / "last.pt").exists() else []
-        h.run(h.attnmt("train", config, "--output", run_dir, "--data-dir", args.data, *resume))
+        h.run(h.attnmt("train", config, "--output", run_dir, "--data-dir", args.data, *options, *resume))
     return next(r for r in map(json.loads, reversed(log.read_text().splitlines())) if r["kind"] == "done")
 
 
@@ -259,6 +265,29 @@ def fast(args) -> None:
              f"({f['seconds']:.2f} s against {d['seconds']:.2f})", column="attnmt test BLEU / chrF")
 
 
+def recipes(args) -> None:
+    """A recipe of the de-en preset, capped at a number of updates and at its own budget."""
+    config = h.ROOT / "configs" / "multi30k_de_en.yaml"
+    if args.smoke:
+        config, args.caps, args.runs = h.small_config(args, args.work / "smoke" / "recipe"), "8,0", args.work / "smoke"
+    test, sets = test_files(args, args.work / SUITE / "recipes")[:2], [x for k in args.set for x in ("--set", k)]
+    figure = f"{args.recipe} ({', '.join(args.set) or 'the preset'})"
+    for cap in map(int, args.caps.split(",")):
+        capped = f"--set train.max_steps={cap} --set train.max_minutes=600 --set train.num_threads=1"
+        run_dir = args.runs / f"recipe-{args.recipe}-{cap}"
+        done = trained(args, config, run_dir, *sets, *(capped.split() if cap else []))
+        val = {r["step"]: r["valid_bleu"] for r in map(json.loads, (run_dir / "train_log.jsonl").open())
+               if r["kind"] == "valid"}
+        at = " / ".join(f"{val[n]:.2f}" if n in val else "-" for n in ((cap,) if cap else (2500, 4500)))
+        test_bleu = "{bleu:.2f} / {chrf:.2f}".format(**h.evaluate(run_dir, *test))
+        h.record(args, SUITE, "Recipes of multi30k_de_en", figure, f"{at} ({test_bleu})" if cap else f"{done['steps']:,}; "
+                 f"{at}, {done['best_valid_bleu']:.2f}; {test_bleu}", column=f"{cap:,} updates: val (test BLEU / chrF)"
+                 if cap else "own budget: updates; val at 2,500 / 4,500, kept; test BLEU / chrF")
+        if not cap:
+            h.record(args, SUITE, "Recipes of multi30k_de_en", figure, f"{done['tgt_tokens_per_second']:,.0f}",
+                     column="tgt tok/s (own budget)")
+
+
 def run(args) -> None:
     parts = [args.part] if args.part else list(PARTS) if args.smoke else ["presets"]
     for name in ("model", "teacher", "student", "baseline", "default", "fast"):
@@ -268,5 +297,5 @@ def run(args) -> None:
             model = h.smoke_model(args)
             args.limit, args.repeat, args.rounds, args.beams, args.alphas = 8, 1, 1, "1,2", "1.0"
             args.model = args.teacher = args.student = args.default = args.fast = model
-        {"presets": presets, "multilingual": multilingual, "distill": distill, "fast": fast,
+        {"presets": presets, "multilingual": multilingual, "distill": distill, "fast": fast, "recipes": recipes,
          "finetune": quality_finetune.run, "control": quality_control.run}[part](args)

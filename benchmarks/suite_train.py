@@ -3,21 +3,17 @@
 ``--part peers`` (JoeyNMT and OpenNMT-py run from the virtual environments of
 ``benchmarks/setup_peers.sh``; without them only attnmt runs):
 
-1. The machine limit: float32 and bfloat16 2048x2048 matmul GFLOP/s on the run's threads
-   (bfloat16 512x512 on a CPU without bfloat16 kernels, where attnmt's bf16 rows are left out).
-2. Training: every toolkit trains the same model (``configs/*.yaml``: d_model 256, 3+3 layers,
-   one joint SentencePiece model of 8,000 pieces, 4,096-token batches, noam) for ``--updates``
-   updates, in rounds whose order alternates. Throughput is each toolkit's own per-window count
-   of target tokens per second (the first window dropped); MFU is that rate times the analytic
-   FLOPs per target token over the matmul rate; peak RSS is the process tree's.
-3. Translation of test_2016_flickr de->en, beam 5, raw text to raw text, by models trained for
-   ``--decode-updates`` (attnmt in fp32, bf16 and int8; OpenNMT-py; CTranslate2 float32 and int8
-   on the converted OpenNMT-py model; JoeyNMT once), the fastest of ``--decode-rounds`` rounds.
+1. The machine limit: float32 and bfloat16 2048x2048 matmul GFLOP/s (bfloat16 512x512 on a CPU
+   without bfloat16 kernels, where attnmt's bf16 rows are left out).
+2. Training: every toolkit trains the same model (``configs/*.yaml``: d_model 256, 3+3 layers, 8k
+   joint SentencePiece, 4,096-token batches, noam) for ``--updates`` updates in alternating rounds:
+   its own target tokens/s (first window dropped), MFU (analytic FLOPs over the matmul rate), peak RSS.
+3. Translation of test_2016_flickr, beam 5, raw text to raw text, by models of ``--decode-updates``
+   (attnmt fp32, bf16, int8; OpenNMT-py; CTranslate2 on its model; JoeyNMT once), fastest round.
 
-``--part compile``: the de-en preset trained eager, then compiled (``train.compile``), for
-``--steps`` updates each at a constant learning rate, for each of ``--precisions``: the last
-window's target tokens/s, MFU against the matmul rate of the precision used, the validation loss
-at the end, and the graphs compiled and compile seconds with an empty inductor cache.
+``--part compile``: the de-en preset eager, then compiled (``train.compile``), ``--steps`` updates
+each at a constant rate per ``--precisions``: last window's tokens/s, MFU, the final validation
+loss, graphs compiled and compile seconds (empty inductor cache).
 
 ``--part ddp``: the preset for ``--steps`` updates under torchrun with 2 processes of 1 thread, and in
 one process of 2 threads accumulating 2 batches (the same updates): validation perplexity and rate.
@@ -76,8 +72,7 @@ def setting(args) -> Setting:
                 env={"OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
                      "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1", "PYTHONWARNINGS": "ignore", "TQDM_DISABLE": "1"})
     s.bf16 = cpu_bf16_is_fast()
-    if not s.bf16:
-        s.toolkits = tuple(t for t in s.toolkits if t != "attnmt-bf16")
+    s.toolkits = tuple(t for t in s.toolkits if s.bf16 or t != "attnmt-bf16")
     for path in (s.runs, s.work / "decode"):
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True)
@@ -144,9 +139,9 @@ def compiled(args) -> None:
     for precision in args.precisions:
         for compile in (False,) if args.smoke else (False, True):  # compiling takes minutes
             name = f"{precision}-{'compiled' if compile else 'eager'}"
-            sets = {"train.compile": str(compile).lower(), "train.precision": precision, "train.schedule": "constant",
-                    "train.budget_decay": "inverse_sqrt", "train.max_minutes": "null", "train.max_steps": args.steps,
-                    "train.log_every": min(100, max(1, args.steps // 2)), "train.valid_bleu": "false"}
+            sets = {"train.compile": str(compile).lower(), "train.dropout_curriculum": 0, "train.precision": precision,
+                    "train.schedule": "constant", "train.budget_decay": "inverse_sqrt", "train.max_minutes": "null",
+                    "train.max_steps": args.steps, "train.log_every": min(100, max(1, args.steps // 2)), "train.valid_bleu": "false"}
             cache = args.work / SUITE / f"{name}-inductor-cache"  # empty: a machine's first compile
             shutil.rmtree(cache, ignore_errors=True)
             logged = trained(args, name, sets, env={"TORCHINDUCTOR_CACHE_DIR": str(cache)})

@@ -25,7 +25,7 @@ RUNS = [("train", "--part", "peers"), ("train", "--part", "compile"), ("train", 
         ("translate", "--part", "stopping", "--parallel", "--tune", "0.6,1.0"), ("serve", "--driver", "httpx"),
         ("serve", "--driver", "wrk"), ("web",), ("data", "--part", "corpora"), ("data", "--part", "simulate"),
         ("quality", "--part", "presets", "--inference-precisions", "fp32,int8"),
-        *[("quality", "--part", part) for part in ("multilingual", "distill", "fast", "finetune", "control")]]
+        *[("quality", "--part", part) for part in ("multilingual", "distill", "fast", "recipes", "finetune", "control")]]
 
 
 def benchmarks(*args: str, work: Path | None = None) -> subprocess.CompletedProcess:

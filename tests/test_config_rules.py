@@ -27,7 +27,7 @@ OTHER_VALUE = {
     "character_coverage": 0.99, "max_sentences": 10, "lowercase": True, "min_freq": 2, "max_vocab": 10,
     "token_filter": "alpha_punct", "require_vectors": True, "src_lang": "de", "tgt_lang": "en",
     "src_vectors": "de.vec", "tgt_vectors": "en.vec", "positional_layout": "halves", "length_penalty": 1.0,
-    "length_penalty_k": 1.0, "patience": 2.0, "compile": True,
+    "length_penalty_k": 1.0, "patience": 2.0, "compile": True, "dropout_curriculum": 1000,
 }
 
 # (name, YAML text, the key whose line the message gives, words the message must hold)

@@ -345,6 +345,11 @@ class TrainConfig(_Section):
     subword_nbest: int = Field(-1, ge=-1, description="with subword_alpha on a unigram model: sample among the n "
                                "best segmentations (n >= 2), or among all of them (-1: forward-filtering and "
                                "backward-sampling, Kudo's l = infinity)")
+    dropout_curriculum: int = Field(
+        0, ge=0, description="curriculum dropout (Morerio et al., 2017): each dropout probability of the model "
+        "section grows from 0 as p * (1 - exp(-step / N)), N this many updates (0.63 p after N, 0.95 p after 3N), "
+        "so early updates learn without the noise and later ones get the whole p; the same rates on resume; "
+        "0: constant p")
     clip_norm: float | None = Field(1.0, gt=0, description="clip the gradient's global L2 norm to this (None: no "
                                     "clipping, as in the paper)")
     precision: Literal["fp32", "bf16", "fp16"] = Field(
@@ -442,6 +447,7 @@ APPLIES_ONLY_TO: dict[tuple[str, str], tuple[str, str, tuple[str | bool, ...]]] 
     **{("decode", k): ("decode", "length_penalty_type", ("gnmt",)) for k in ("length_penalty", "length_penalty_k")},
     ("decode", "patience"): ("decode", "early_stopping", (True,)),
     ("train", "compile"): ("train", "loss_normalization", ("tokens",)),
+    ("train", "dropout_curriculum"): ("train", "compile", (False,)),  # a new rate would recompile the graph
 }
 
 

@@ -95,3 +95,12 @@ class Dropout(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return dropout(x, self.p, self.training, self.time_shared)
+
+
+def dropout_rates(model: nn.Module) -> list[tuple[nn.Module, str, float]]:
+    """Every dropout probability of ``model`` as (module, attribute, value now): a
+    :class:`Dropout`'s ``p``, an attention's ``dropout`` (on its weights) and a feed-forward's
+    ``activation_dropout``, i.e. each float attribute of those names. Setting the attribute
+    changes the probability the next forward pass uses (curriculum dropout in the trainer)."""
+    return [(m, name, getattr(m, name)) for m in model.modules() for name in ("p", "dropout", "activation_dropout")
+            if isinstance(getattr(m, name, None), float)]

@@ -11,6 +11,10 @@ time_budget: the noam curve (or a cosine) over the fraction f of the wall-clock 
     rather than over update counts, so the warmup and decay fit the budget on a fast machine and
     on a slow one: f = step / expected updates in the budget, the expectation refitted to the
     measured update rate as training goes (:func:`expected_updates`).
+
+Curriculum dropout (Morerio et al., 2017): not a learning rate but a schedule of the
+same kind, :func:`curriculum_dropout` gives the share of the configured dropout probabilities
+in use after a number of updates.
 """
 
 from __future__ import annotations
@@ -83,6 +87,17 @@ def time_budget_lr(step: int, expected_steps: float, lr: float, warmup_fraction:
     if decay == "cosine":
         return lr * 0.5 * (1.0 + math.cos(math.pi * (f - warmup_fraction) / (1.0 - warmup_fraction)))
     return lr * math.sqrt(warmup_fraction / f)
+
+
+def curriculum_dropout(step: int, time_constant: float) -> float:
+    """Share of each configured dropout probability in use after ``step`` updates (step >= 0),
+    1 - exp(-step / time_constant): Morerio et al.'s (2017) retain probability
+    theta(t) = (1 - theta_bar) exp(-gamma t) + theta_bar written for the drop probability, with
+    gamma = 1 / time_constant (in updates). It starts at 0 and reaches 0.63 after
+    ``time_constant`` updates and 0.95 after three times as many: early updates, far from
+    overfitting, learn without the noise, later ones get the whole p.
+    """
+    return 1.0 - math.exp(-step / time_constant)
 
 
 def expected_updates(steps: int, elapsed_seconds: float, budget_seconds: float) -> float:

@@ -5,7 +5,8 @@
 when the configuration names text) and builds the model and Adam with the configured
 learning-rate schedule. Each update (:meth:`train_step`)
 takes ``accum_steps`` length-bucketed token batches, the label-smoothed loss with optional
-bfloat16 autocast, and clips the gradient norm. Every ``valid_every`` updates
+bfloat16 autocast (and, with ``train.dropout_curriculum``, dropout rates that grow with the
+update count), and clips the gradient norm. Every ``valid_every`` updates
 (:meth:`validate`) it computes validation loss, perplexity and greedy BLEU/chrF, keeps the best
 weights as ``model.safetensors`` and writes the resumable state (:meth:`save_checkpoint`). It
 stops (:meth:`stop_reason`) after ``max_steps``, ``max_epochs`` or ``max_minutes`` (wall clock,
@@ -79,6 +80,7 @@ from attnmt.device import configure, resolve_device
 from attnmt.errors import CheckpointError, ConfigError, TrainingError
 from attnmt.evaluate import corpus_scores
 from attnmt.memory import peak_rss_mib
+from attnmt.model.dropout import dropout_rates
 from attnmt.model.transformer import Transformer, count_parameters, load_pretrained_embeddings
 from attnmt.precision import autocast, grad_scaler, training_precision
 from attnmt.search.batched import native_search
@@ -92,7 +94,7 @@ from attnmt.train.checkpoint import (EPOCH_WEIGHTS, LAST_STATE, STEP_WEIGHTS, av
 from attnmt.train.losses import (chunked_label_smoothed_cross_entropy, label_smoothed_cross_entropy,
                                  per_sentence_label_smoothed_cross_entropy)
 from attnmt.train.metrics import MetricsLog, Window
-from attnmt.train.schedules import expected_updates, learning_rate
+from attnmt.train.schedules import curriculum_dropout, expected_updates, learning_rate
 from attnmt.train.subwords import SubwordSampler
 
 log = logging.getLogger(__name__)
@@ -257,6 +259,7 @@ class Trainer:
             self._load_start_weights()
         elif state is None:
             self._load_vectors()
+        self.dropout_rates = dropout_rates(self.model)  # the configured ones, for train.dropout_curriculum
         frozen = finetune.freeze(self.model, tc.freeze)
         self.model.to(self.device)
         if self.device.type == "cuda":  # speed switch: PyTorch's fused attention kernels on GPUs
@@ -453,6 +456,10 @@ class Trainer:
         sentences = sentences or sum(b.tgt_out.size(0) for b in batches)
         per_sentence = self.config.train.loss_normalization == "sentences"
         scale = self.ranks.world_size / (sentences if per_sentence else tokens)
+        if self.config.train.dropout_curriculum:  # curriculum dropout: the rates of this update's step
+            share = curriculum_dropout(self.state.step, self.config.train.dropout_curriculum)
+            for module, name, p in self.dropout_rates:
+                setattr(module, name, p * share)
         loss_sum = nll_sum = 0.0
         for i, b in enumerate(batches):
             # dropout masks from a seed of (update, batch's place in the whole update): the same
@@ -743,11 +750,17 @@ class Trainer:
         self.metrics.write("train", step=s.step, epoch=s.epoch + 1, seconds=round(self.elapsed(), 1),
                            loss=summary["loss"], ppl=summary["ppl"], lr=self._last_lr,
                            tgt_tokens_per_s=summary["tgt_tokens_per_s"], peak_rss_mib=peak_rss_mib(),
-                           processes=self.ranks.world_size)
+                           processes=self.ranks.world_size, **self._dropout_share())
         if self.bar.disable:
             log.info("step %d epoch %d loss %.3f lr %.2e %.0f tgt tok/s elapsed %.1f min", s.step, s.epoch + 1,
                      summary["loss"], self._last_lr, summary["tgt_tokens_per_s"], self.elapsed() / 60)
         self.window.reset()
+
+    def _dropout_share(self) -> dict:
+        """{'dropout_share': the share of the configured dropout rates in use} with
+        ``train.dropout_curriculum``, else {}."""
+        n = self.config.train.dropout_curriculum
+        return {"dropout_share": round(curriculum_dropout(self.state.step, n), 4)} if n else {}
 
     def _next_update(self, batches: Share) -> list[Batch] | None:
         """This process's batches of the next update (``Share.update``: its part of the next
