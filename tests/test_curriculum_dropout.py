@@ -37,13 +37,16 @@ def test_every_rate_follows_the_update_count(tmp_path):
     trainer = Trainer(config_from_dict(_raw(tmp_path, 12, curriculum=10)), tmp_path / "run", progress=False)
     trainer.run()
     share = curriculum_dropout(11, 10)  # the rates of the last update, made after 11 updates
-    kinds = {name: sorted({getattr(m, name) for m, n, _ in trainer.dropout_rates if n == name})
-             for name in ("p", "dropout", "activation_dropout")}
-    assert kinds["p"] == [pytest.approx(RATES["dropout"] * share)]
-    assert kinds["dropout"] == [pytest.approx(RATES["attention_dropout"] * share)]
-    assert kinds["activation_dropout"] == [pytest.approx(RATES["activation_dropout"] * share)]
-    # every layer's dropout is there: embeddings (2), 2 encoder layers x 2 sub-layers, 2 decoder layers x 3
-    assert len([n for _, n, _ in trainer.dropout_rates if n == "p"]) == 2 + 4 + 6
+    sites = {"p": [], "dropout": [], "activation_dropout": []}
+    for m in trainer.model.modules():
+        for name, rates in sites.items():
+            if isinstance(getattr(m, name, None), float):
+                rates.append(getattr(m, name))
+    for name, key in (("p", "dropout"), ("dropout", "attention_dropout"), ("activation_dropout", "activation_dropout")):
+        assert sites[name] == [pytest.approx(RATES[key] * share)] * len(sites[name]), name
+    # every site is there: embeddings (2) and sub-layers (2 encoder layers x 2, 2 decoder layers x 3);
+    # self- and cross-attention (2 x 1 + 2 x 2); feed-forwards (4)
+    assert (len(sites["p"]), len(sites["dropout"]), len(sites["activation_dropout"])) == (12, 6, 4)
     logged = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
     shares = {r["step"]: r["dropout_share"] for r in logged if r["kind"] == "train"}
     assert shares == {5: round(curriculum_dropout(5, 10), 4), 10: round(curriculum_dropout(10, 10), 4)}

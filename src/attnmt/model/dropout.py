@@ -97,10 +97,16 @@ class Dropout(nn.Module):
         return dropout(x, self.p, self.training, self.time_shared)
 
 
-def dropout_rates(model: nn.Module) -> list[tuple[nn.Module, str, float]]:
-    """Every dropout probability of ``model`` as (module, attribute, value now): a
-    :class:`Dropout`'s ``p``, an attention's ``dropout`` (on its weights) and a feed-forward's
-    ``activation_dropout``, i.e. each float attribute of those names. Setting the attribute
-    changes the probability the next forward pass uses (curriculum dropout in the trainer)."""
-    return [(m, name, getattr(m, name)) for m in model.modules() for name in ("p", "dropout", "activation_dropout")
-            if isinstance(getattr(m, name, None), float)]
+
+def set_rates(model: nn.Module, dropout: float, attention_dropout: float, activation_dropout: float) -> None:
+    """Set every dropout probability of ``model`` for its next forward passes: each
+    :class:`Dropout`'s ``p`` (embeddings and sub-layer outputs) to ``dropout``, each attention's
+    ``dropout`` (on its weights) to ``attention_dropout`` and each feed-forward's
+    ``activation_dropout`` (the float attributes of those names). Used by curriculum dropout."""
+    for m in model.modules():
+        if isinstance(m, Dropout):
+            m.p = dropout
+        elif isinstance(getattr(m, "dropout", None), float):
+            m.dropout = attention_dropout
+        if isinstance(getattr(m, "activation_dropout", None), float):
+            m.activation_dropout = activation_dropout

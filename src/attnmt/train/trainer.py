@@ -80,7 +80,7 @@ from attnmt.device import configure, resolve_device
 from attnmt.errors import CheckpointError, ConfigError, TrainingError
 from attnmt.evaluate import corpus_scores
 from attnmt.memory import peak_rss_mib
-from attnmt.model.dropout import dropout_rates
+from attnmt.model.dropout import set_rates
 from attnmt.model.transformer import Transformer, count_parameters, load_pretrained_embeddings
 from attnmt.precision import autocast, grad_scaler, training_precision
 from attnmt.search.batched import native_search
@@ -259,7 +259,6 @@ class Trainer:
             self._load_start_weights()
         elif state is None:
             self._load_vectors()
-        self.dropout_rates = dropout_rates(self.model)  # the configured ones, for train.dropout_curriculum
         frozen = finetune.freeze(self.model, tc.freeze)
         self.model.to(self.device)
         if self.device.type == "cuda":  # speed switch: PyTorch's fused attention kernels on GPUs
@@ -456,10 +455,9 @@ class Trainer:
         sentences = sentences or sum(b.tgt_out.size(0) for b in batches)
         per_sentence = self.config.train.loss_normalization == "sentences"
         scale = self.ranks.world_size / (sentences if per_sentence else tokens)
-        if self.config.train.dropout_curriculum:  # curriculum dropout: the rates of this update's step
-            share = curriculum_dropout(self.state.step, self.config.train.dropout_curriculum)
-            for module, name, p in self.dropout_rates:
-                setattr(module, name, p * share)
+        if self.config.train.dropout_curriculum:  # curriculum dropout: the configured rates times this step's share
+            share, m = curriculum_dropout(self.state.step, self.config.train.dropout_curriculum), self.config.model
+            set_rates(self.model, m.dropout * share, m.attention_dropout * share, m.activation_dropout * share)
         loss_sum = nll_sum = 0.0
         for i, b in enumerate(batches):
             # dropout masks from a seed of (update, batch's place in the whole update): the same
