@@ -114,7 +114,8 @@ class PeakRSS:
             self.stop.wait(POLL_S)
 
     def __enter__(self) -> PeakRSS:
-        return self.thread.start() or self
+        self.thread.start()
+        return self
 
     def __exit__(self, *exc) -> None:
         self.stop.set()

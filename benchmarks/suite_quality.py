@@ -76,8 +76,7 @@ def test_files(args, out: Path, repeat: int = 1) -> tuple[Path, Path, Path]:
 
 
 def trained(args, config: Path, run_dir: Path, *options) -> dict:
-    """Train (or resume) ``config`` (with ``attnmt train``'s ``options``) into ``run_dir`` unless it is done;
-    its "done" record."""
+    """Train (or resume) ``config`` with ``attnmt train`` ``options`` into ``run_dir`` unless done; its "done" record."""
     from attnmt.config import load_config
 
     cfg = load_config(config)
