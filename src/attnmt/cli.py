@@ -1,5 +1,6 @@
-"""The ``attnmt`` command line: prepare, train, train-vectors, translate, evaluate, score, plot-attention,
-plot-training, plot-positions, serve, import (MarianMT) and export (CTranslate2, ONNX, a web page).
+"""The ``attnmt`` command line: download, prepare, train, train-vectors, translate, evaluate, score,
+plot-attention, plot-training, plot-positions, serve, import (MarianMT) and export (CTranslate2, ONNX, a
+web page).
 
 User mistakes (bad options, bad configuration, missing, malformed or unwritable files, a full
 disk) print one line to stderr, ``attnmt: error: ...``, and exit with status 2; no traceback
@@ -358,11 +359,15 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_translate(args: argparse.Namespace) -> int:
     check_output_file(args.output, "--output")
-    check_input_file(args.input, "--input")
+    if args.testset is not None and args.input is not None:
+        raise AttnmtError("give --testset or --input, not both")
+    testset = _testset_files(args)  # a named test set's files, fetched once where not given locally
+    source = str(testset[0]) if testset else args.input
+    check_input_file(source, "--input")
     tr = _with_stopping_rule(_engine_translator(args), args)
-    lines = _read_input(args.input)
+    lines = _read_input(source)
     if not lines:
-        log.warning("%s: no input lines; nothing to translate", args.input or "standard input")
+        log.warning("%s: no input lines; nothing to translate", source or "standard input")
     constraints = _read_constraints(args.constraints, len(lines), tr) if args.constraints else None
     t0 = time.perf_counter()
     beam_size = args.beam_size or max(tr.config.decode.beam_size, args.nbest)
@@ -566,9 +571,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.hyp_output is not None:
         check_output_file(args.hyp_output, "--hyp-output")
     check_stdout("redirect it (the scores are printed)")
-    src, ref = read_parallel(args.src, args.ref)
+    if (args.testset is None) == (args.src is None and args.ref is None):
+        raise AttnmtError("give --testset (a named test set such as multi30k:test_2016_flickr) or --src and --ref")
+    if args.testset is None and (args.src is None or args.ref is None):
+        raise AttnmtError("give both --src and --ref (or --testset)")
+    src_path, ref_path = _testset_files(args) or (args.src, args.ref)
+    src, ref = read_parallel(src_path, ref_path)
     if not src:
-        raise AttnmtError(f"{args.src}: no sentences to evaluate")
+        raise AttnmtError(f"{src_path}: no sentences to evaluate")
     tr = _with_stopping_rule(_engine_translator(args), args)
     t0 = time.perf_counter()
     translations = tr.translate(src, beam_size=args.beam_size, batch_size=args.batch_size,
@@ -595,6 +605,40 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             print(f"BLEU on word tokens = {scores['bleu_tokenized']:.2f}  ({scores['bleu_tokenized_signature']}; "
                   "the model's tokens against the references tokenized as trained)")
         print(f"{len(hyps)} sentences, beam {scores['beam_size']}, {seconds:.1f} s")
+    return 0
+
+
+def _testset_files(args: argparse.Namespace):
+    """(source, reference) files of ``--testset`` in the model's direction (``--src-lang`` and
+    ``--tgt-lang`` where the model has several languages; ``attnmt.data.testsets``), or None
+    without ``--testset``."""
+    if args.testset is None:
+        if args.src_lang is not None:
+            raise AttnmtError("--src-lang picks the source side of --testset: give --testset")
+        return None
+    from attnmt.data.testsets import direction, parse_testset, testset_files
+    from attnmt.languages import served_languages
+    from attnmt.rundir import model_languages, read_config
+
+    parse_testset(args.testset)  # a misspelt set: refused before the model is read
+    sources, targets = served_languages(read_config(args.model))
+    own_src, own_tgt = model_languages(args.model)  # an imported OPUS-MT model: the pair its name carries
+    if not sources and own_src:
+        sources = [own_src]
+    if not targets and own_tgt:
+        targets = [own_tgt]
+    src_lang, tgt_lang = direction(sources, targets, args.src_lang, args.tgt_lang)
+    return testset_files(args.testset, src_lang, tgt_lang, args.data_dir)
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from attnmt.data.download import download_dataset
+
+    pairs = [p.strip() for p in args.pairs.split(",")] if args.pairs else None
+    folder, files = download_dataset(args.dataset, pairs, args.data_dir)
+    print(f"{len(files)} files of {args.dataset}, SHA-256 checked, in {folder}")
+    if args.data_dir is not None:
+        print(f"read them there with: export ATTNMT_DATA={Path(args.data_dir).resolve()}")
     return 0
 
 
@@ -696,6 +740,26 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help="batches translated at the same time, each with --threads threads (default 1); on a small "
                    "CPU, --inter-threads 2 --threads 1 translates a file faster than --threads 2")
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps; default from the model's config (decode.device)")
+
+
+def _add_testset_options(p: argparse.ArgumentParser, read: str) -> None:
+    p.add_argument("--testset", metavar="DATASET:SPLIT",
+                   help=f"a named test set, e.g. multi30k:test_2016_flickr: {read} of the model's direction, from "
+                        "--data-dir or $ATTNMT_DATA, else downloaded once and checked (SHA-256)")
+    p.add_argument("--src-lang", metavar="LANG", help="the source language of --testset, for a model that reads "
+                   "several (its target language: --tgt-lang)")
+    p.add_argument("--data-dir", help="local dataset directory (holding multi30k/) for --testset; default "
+                   "$ATTNMT_DATA")
+
+
+def _add_download_parser(sub) -> None:
+    p = sub.add_parser("download", help="fetch every file of a registered dataset's pairs (train, val, test sets), "
+                       "checked against their SHA-256, for an offline machine")
+    p.add_argument("dataset", help="a registered dataset: multi30k")
+    p.add_argument("--pairs", metavar="PAIR,...", help="language pairs, e.g. de-en,fr-en (default: all of them)")
+    p.add_argument("--data-dir", metavar="DIR", help="write into DIR/DATASET/ (read it with ATTNMT_DATA=DIR); "
+                   "default: the cache, ~/.cache/attnmt/DATASET/")
+    p.set_defaults(func=cmd_download)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -848,9 +912,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_distill_parser(sub)
 
+    _add_download_parser(sub)
+
     p = sub.add_parser("translate", help="translate raw text, one sentence a line")
     _add_decode_options(p)
     p.add_argument("--input", help="input file (plain or .gz); default stdin")
+    _add_testset_options(p, "the source")
     p.add_argument("--output", help="output file; default stdout")
     p.add_argument("--nbest", type=positive_int, default=1, help="hypotheses per sentence (<= beam size)")
     p.add_argument("--scores", action="store_true", help="print scores and each token's probability")
@@ -885,8 +952,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="BLEU and chrF (sacreBLEU) of a model on a test set")
     _add_decode_options(p)
-    p.add_argument("--src", required=True, help="source file (plain or .gz)")
-    p.add_argument("--ref", required=True, help="reference file (plain or .gz), line-aligned with --src")
+    p.add_argument("--src", help="source file (plain or .gz); or --testset")
+    p.add_argument("--ref", help="reference file (plain or .gz), line-aligned with --src")
+    _add_testset_options(p, "the source and reference")
     p.add_argument("--json", action="store_true", help="print the scores as one JSON object")
     p.add_argument("--hyp-output", help="also write the translations to this file")
     _add_stopping_options(p)

@@ -109,6 +109,10 @@ class DataConfig(_Section):
     pairs: list[str] | None = Field(
         None, description="several language pairs of the dataset in one multilingual model, e.g. [de-en, en-de, "
         "fr-en, en-fr]: one training corpus and one validation set per pair (instead of data.pair)")
+    max_pairs: dict[str, Annotated[int, Field(gt=0, strict=True)]] | None = Field(
+        None, description="with data.dataset: read only the first N pairs of a direction's training split, by "
+        "direction, e.g. {cs-en: 3000} to train a low-resource direction on a subset; the directions not named "
+        "are read whole, and validation sets are not cut (data.valid_max_sentences does that)")
     data_dir: str | None = Field(None, description="local directory holding the dataset (default $ATTNMT_DATA)")
     train_split: str = Field("train", description="the dataset's training split")
     valid_split: str = Field("val", description="the dataset's validation split")
@@ -163,6 +167,12 @@ class DataConfig(_Section):
                 raise ValueError(f"data.pair {pair!r}: expected two different language codes, e.g. 'de-en'")
         if self.pairs is not None and len(set(self.pairs)) != len(self.pairs):
             raise ValueError("data.pairs names a pair twice")
+        if self.max_pairs is not None:
+            directions = self.pairs or [self.pair] * (self.pair is not None)
+            for pair in self.max_pairs:
+                if pair not in directions:
+                    raise KeyRuleError("data.max_pairs", f"data.max_pairs names {pair!r}, not a pair of data.pair "
+                                       f"or data.pairs ({', '.join(directions) or 'none: give data.dataset'})")
         if (self.valid_src is None) != (self.valid_tgt is None):
             raise ValueError("give both data.valid_src and data.valid_tgt, or neither")
         if self.valid is not None and self.valid_src is not None:

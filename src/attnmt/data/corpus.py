@@ -2,9 +2,10 @@
 
 A parallel corpus is two UTF-8 text files (plain or gzip) where line N of one translates line
 N of the other. Errors name the file, the line and the problem. The registry knows where the
-Multi30k task-1 files live (github.com/multi30k/dataset, data/task1/raw/) and their SHA-256,
-and reads them from a local directory when one is given (``--data-dir`` or ``ATTNMT_DATA``):
-that directory holds a ``multi30k/`` folder with ``train.de.gz`` and so on.
+Multi30k task-1 files live (github.com/multi30k/dataset, data/task1/raw/, or a mirror named by
+``ATTNMT_MULTI30K_URL``) and their SHA-256, and reads them from a local directory when one is
+given (``--data-dir`` or ``ATTNMT_DATA``): that directory holds a ``multi30k/`` folder with
+``train.de.gz`` and so on.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ import gzip
 import hashlib
 import logging
 import os
-import shutil
-import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,6 +116,7 @@ class DatasetSpec:
     pairs: tuple[str, ...]
     splits: tuple[str, ...]
     sha256: dict[str, str]  # filename -> hex digest
+    url_env: str | None = None  # environment variable naming a mirror's base URL instead of url
 
     def filename(self, split: str, lang: str) -> str:
         return f"{split}.{lang}.gz"
@@ -128,6 +128,7 @@ MULTI30K = DatasetSpec(
     url="https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/",
     pairs=("de-en", "en-de", "en-fr", "fr-en", "en-cs", "cs-en"),
     splits=("train", "val", "test_2016_flickr"),
+    url_env="ATTNMT_MULTI30K_URL",
     sha256={
         "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
         "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
@@ -160,26 +161,19 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def _download(url: str, dest: Path, sha256: str) -> None:
-    import urllib.request  # here: its import (http, email, ssl) would slow every command's start
+def base_url(spec: DatasetSpec) -> str:
+    """The base URL of a dataset's files: ``$<spec.url_env>`` (a mirror, with or without its
+    final slash) where set, else the upstream ``spec.url``."""
+    mirror = os.environ.get(spec.url_env, "").strip() if spec.url_env else ""
+    if not mirror:
+        return spec.url
+    return mirror if mirror.endswith("/") else mirror + "/"
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    log.info("downloading %s", url)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name, suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
-            shutil.copyfileobj(resp, out)
-        digest = sha256_file(tmp)
-        if digest != sha256:
-            raise DataError(f"{url}: SHA-256 mismatch (got {digest}, expected {sha256})")
-        os.replace(tmp, dest)
-    except OSError as e:
-        raise DataError(
-            f"cannot download {url} ({e}); offline? point --data-dir or {DATA_ENV} at a local copy"
-        ) from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+
+def cache_dir(name: str) -> Path:
+    """Where downloaded files of dataset ``name`` are kept: ``$XDG_CACHE_HOME/attnmt/<name>/``,
+    else ``~/.cache/attnmt/<name>/``."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attnmt" / name
 
 
 def dataset_file(name: str, split: str, lang: str, data_dir: str | Path | None = None) -> Path:
@@ -187,7 +181,8 @@ def dataset_file(name: str, split: str, lang: str, data_dir: str | Path | None =
 
     The local directory is ``data_dir``, else ``$ATTNMT_DATA``; it holds ``<name>/<split>.<lang>.gz``
     (a directory that is itself the dataset folder works too). Without either, the file is
-    downloaded once into ``~/.cache/attnmt/<name>/`` and its SHA-256 checked.
+    downloaded once into :func:`cache_dir` from :func:`base_url` and its SHA-256 checked
+    (``attnmt.data.download.fetch``); a local copy is trusted as it is.
 
     Raises:
         DataError: unknown dataset, split or language; the file is missing from the local
@@ -209,9 +204,11 @@ def dataset_file(name: str, split: str, lang: str, data_dir: str | Path | None =
             if candidate.is_file():
                 return candidate
         raise DataError(f"{root / name / filename}: no such file (local data directory {root})")
-    cached = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "attnmt" / name / filename
+    cached = cache_dir(name) / filename
     if not cached.is_file():
-        _download(spec.url + filename, cached, spec.sha256[filename])
+        from attnmt.data.download import fetch  # here: urllib's import would slow every command's start
+
+        fetch(base_url(spec) + filename, cached, spec.sha256[filename])
     return cached
 
 

@@ -195,20 +195,23 @@ class Corpus:
 
 def training_corpora(config: Config, data_dir: str | None = None) -> list[Corpus]:
     """The training corpora a configuration names: the dataset's train split (of each of
-    ``data.pairs``), the single ``train_src``/``train_tgt`` pair, or the entries of ``data.train``.
+    ``data.pairs``, cut to ``data.max_pairs``), the single ``train_src``/``train_tgt`` pair, or
+    the entries of ``data.train``.
 
     Raises:
         ConfigError: the configuration has only a prepared directory (no text to read).
         DataError: see ``attnmt.data.corpus.dataset_pair_files``.
     """
     d, (src_lang, tgt_lang) = config.data, config.languages()
+    limits = d.max_pairs or {}
     if d.pairs is not None:
         return [Corpus(f"{d.dataset}.{d.train_split}.{pair}", *dataset_pair_files(
-            d.dataset, pair, d.train_split, data_dir or d.data_dir), 1.0, *pair.split("-")) for pair in d.pairs]
+            d.dataset, pair, d.train_split, data_dir or d.data_dir), 1.0, *pair.split("-"), limits.get(pair))
+            for pair in d.pairs]
     if d.dataset is not None:
         return [Corpus(f"{d.dataset}.{d.train_split}", *dataset_pair_files(d.dataset, d.pair, d.train_split,
                                                                            data_dir or d.data_dir), 1.0,
-                       src_lang, tgt_lang)]
+                       src_lang, tgt_lang, limits.get(d.pair))]
     if d.train is not None:
         return [Corpus(f"train[{i}]", data_path(e.src), data_path(e.tgt), e.weight, e.src_lang or src_lang,
                        e.tgt_lang or tgt_lang, e.max_pairs) for i, e in enumerate(d.train)]

@@ -1,0 +1,74 @@
+"""Named test sets of the dataset registry, as sacreBLEU's ``-t``: ``multi30k:test_2016_flickr``.
+
+A test set is a split of a registered dataset (``attnmt.data.corpus.DATASETS``); its source and
+reference files are those of one direction (``de-en``), read from the local copy (``--data-dir``
+or ``ATTNMT_DATA``, trusted as it is) or downloaded once and checked against their SHA-256.
+The direction is the model's own where it has one source and one target language; a model of
+several takes it from ``--src-lang`` and ``--tgt-lang``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnmt.data.corpus import DATASETS, dataset_pair_files
+from attnmt.errors import DataError
+
+
+def parse_testset(text: str) -> tuple[str, str]:
+    """(dataset, split) of a test set's name ``DATASET:SPLIT``.
+
+    Raises:
+        DataError: not of that form, an unknown dataset, or a split the dataset lacks (the
+            message names those it has).
+    """
+    name, colon, split = text.partition(":")
+    if not colon or not name or not split:
+        raise DataError(f"--testset {text!r}: expected DATASET:SPLIT, e.g. multi30k:test_2016_flickr")
+    spec = DATASETS.get(name)
+    if spec is None:
+        raise DataError(f"--testset {text}: unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
+    if split not in spec.splits:
+        raise DataError(f"--testset {text}: {name} has no set {split!r}; it has {', '.join(spec.splits)}")
+    return name, split
+
+
+def _language(side: str, known: list[str], given: str | None, option: str) -> str:
+    """The model's one ``side`` language, or ``given`` (checked against ``known``)."""
+    if given is not None:
+        if known and given not in known:
+            raise DataError(f"{option} {given}: this model's {side} languages are {', '.join(known)}")
+        return given
+    if len(known) == 1:
+        return known[0]
+    if not known:
+        raise DataError(f"this model's configuration names no {side} language: give {option} for --testset")
+    raise DataError(f"this model has several {side} languages ({', '.join(known)}): choose one with {option} "
+                    f"for --testset")
+
+
+def direction(sources: list[str], targets: list[str], src_lang: str | None, tgt_lang: str | None) -> tuple[str, str]:
+    """The (source, target) languages of a test set for a model reading ``sources`` and writing
+    ``targets`` (``attnmt.languages.served_languages``; [] where unknown).
+
+    Raises:
+        DataError: a side of several languages (or none known) without its option, or an
+            option naming a language the model does not have.
+    """
+    return _language("source", sources, src_lang, "--src-lang"), _language("target", targets, tgt_lang, "--tgt-lang")
+
+
+def testset_files(text: str, src_lang: str, tgt_lang: str, data_dir: str | Path | None = None) -> tuple[Path, Path]:
+    """(source file, reference file) of test set ``text`` (``DATASET:SPLIT``) in the direction
+    ``src_lang``-``tgt_lang``, from the local copy or downloaded (``dataset_file``).
+
+    Raises:
+        DataError: see :func:`parse_testset`; a direction the dataset lacks (the message names
+            those it has); a missing local file or a failed download.
+    """
+    name, split = parse_testset(text)
+    pair = f"{src_lang}-{tgt_lang}"
+    pairs = DATASETS[name].pairs
+    if pair not in pairs:
+        raise DataError(f"--testset {text}: {name} has no direction {pair}; it has {', '.join(pairs)}")
+    return dataset_pair_files(name, pair, split, data_dir)
