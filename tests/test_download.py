@@ -29,11 +29,11 @@ from tests.test_hardening import assert_one_line_error
 REPO = Path(__file__).resolve().parents[1]
 RAW = "/data/task1/raw/"  # upstream's folder of the task-1 files
 # A tiny model and run: the preset's data and tokenizer kind, two updates.
-TINY = ["train.max_steps=2", "train.max_minutes=null", "train.valid_bleu=false", "train.log_every=1",
+TINY = ["train.max_steps=2", "train.valid_bleu=false", "train.log_every=1",
         "train.num_threads=1", "train.batch_sentences=16", "train.precision=fp32", "train.average_last=0",
         "tokenizer.vocab_size=300", "tokenizer.max_sentences=3000", "data.valid_max_sentences=20",
         "model.d_model=32", "model.num_heads=2", "model.d_ff=64", "model.num_encoder_layers=1",
-        "model.num_decoder_layers=1", "decode.batch_size=200"]
+        "model.num_decoder_layers=1", "decode.batch_size=200", "decode.max_len_a=0", "decode.max_len_b=4"]
 
 
 class Upstream:
@@ -152,6 +152,11 @@ def bleu_line(stdout: str) -> str:
     return next(line for line in stdout.splitlines() if line.startswith("BLEU = "))
 
 
+def scores(stdout: str) -> list[str]:
+    """evaluate's lines but the last (sentences, beam, seconds): BLEU, chrF and BLEU's detail."""
+    return stdout.splitlines()[:-1]
+
+
 # ---- the way README command 1 goes ------------------------------------------------------------------
 
 
@@ -187,7 +192,8 @@ def test_readme_command_1_data_steps_over_http(real_upstream, multi30k_dir, tmp_
     by_files = attnmt(local, "-q", "evaluate", "--model", str(run), "--beam-size", "1",
                       "--src", str(folder / "test_2016_flickr.de.gz"), "--ref", str(folder / "test_2016_flickr.en.gz"))
     assert by_name.returncode == 0 and by_files.returncode == 0, by_name.stderr + by_files.stderr
-    assert bleu_line(by_name.stdout) == bleu_line(by_files.stdout) == bleu_line(evaluate.stdout)
+    assert scores(by_name.stdout) == scores(by_files.stdout) == scores(evaluate.stdout)
+    assert len(scores(evaluate.stdout)) == 3 and "hyp_len" in scores(evaluate.stdout)[2]
     assert len(real_upstream.requests) == 6
 
 

@@ -27,17 +27,55 @@ PRESETS = sorted((REPO / "configs").glob("*.yaml"))
 def test_preset_loads_validates_and_names_its_source(path):
     config = load_config(path)
     assert path.read_text().startswith("# ")  # a comment saying what it reproduces
-    if config.data.train is not None:  # Multi30k's files by path, each entry naming its direction
-        assert all(f.startswith("$ATTNMT_DATA/multi30k/") for e in config.data.train for f in (e.src, e.tgt))
-        directions = {f"{e.src_lang}_{e.tgt_lang}" for e in config.data.train}
-        targets = {e.tgt_lang for e in config.data.train}
-        assert (len(directions) == 1 and directions.pop() in path.stem) or f"to_{targets.pop()}" in path.stem
-        return
-    assert config.data.dataset == "multi30k"
-    if config.data.pairs is not None:  # a multilingual preset
-        assert "multilingual" in path.stem and len(config.data.pairs) > 1
+    # Multi30k through the dataset registry: the download alone trains every preset
+    assert config.data.dataset == "multi30k" and config.data.train is None and config.data.valid is None
+    if config.data.pairs is not None:  # several directions: a multilingual or a many-to-one preset
+        targets = {pair.split("-")[1] for pair in config.data.pairs}
+        assert len(config.data.pairs) > 1
+        assert "multilingual" in path.stem if len(targets) > 1 else f"to_{targets.pop()}" in path.stem
     else:
         assert "_".join(config.data.pair.split("-")) in path.stem
+
+
+# The many-to-English and Czech presets as they named Multi30k's files by path: the registry form
+# must resolve to the same corpora (files, order, weights, languages, max_pairs) and validation sets.
+BY_PATH = {
+    "multi30k_many_to_en": {
+        "train": [{"src": f"$ATTNMT_DATA/multi30k/train.{s}.gz", "tgt": "$ATTNMT_DATA/multi30k/train.en.gz",
+                   "src_lang": s, "tgt_lang": "en", **({"max_pairs": 3000} if s == "cs" else {})}
+                  for s in ("de", "fr", "cs")],
+        "valid": [{"src": f"$ATTNMT_DATA/multi30k/val.{s}.gz", "tgt": "$ATTNMT_DATA/multi30k/val.en.gz",
+                   "src_lang": s, "tgt_lang": "en"} for s in ("de", "fr", "cs")]},
+    "multi30k_cs_en_lowres": {
+        "train": [{"src": "$ATTNMT_DATA/multi30k/train.cs.gz", "tgt": "$ATTNMT_DATA/multi30k/train.en.gz",
+                   "src_lang": "cs", "tgt_lang": "en", "max_pairs": 3000}],
+        "valid_src": "$ATTNMT_DATA/multi30k/val.cs.gz", "valid_tgt": "$ATTNMT_DATA/multi30k/val.en.gz"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(BY_PATH))
+def test_registry_presets_read_what_they_read_by_path(name, tmp_path, monkeypatch):
+    from attnmt.config import config_from_dict
+    from attnmt.data.prepare import training_corpora, validation_sets
+
+    (tmp_path / "multi30k").mkdir()
+    for split in ("train", "val"):
+        for lang in ("de", "fr", "cs", "en"):
+            (tmp_path / "multi30k" / f"{split}.{lang}.gz").write_bytes(b"")
+    monkeypatch.setenv("ATTNMT_DATA", str(tmp_path))
+    preset = load_config(REPO / "configs" / f"{name}.yaml")
+    raw = preset.model_dump(exclude_unset=True)
+    keep = {k: v for k, v in raw["data"].items() if k not in {"dataset", "pair", "pairs", "max_pairs"}}
+    raw["data"] = {**keep, **BY_PATH[name]}
+    by_path = config_from_dict(raw)
+
+    def files(corpora):
+        return [(c.src, c.tgt, c.weight, c.max_pairs) for c in corpora]
+
+    train = training_corpora(preset)
+    assert files(train) == files(training_corpora(by_path)) and train[-1].max_pairs == 3000
+    assert [(c.src_lang, c.tgt_lang) for c in train] == [(c.src_lang, c.tgt_lang) for c in training_corpora(by_path)]
+    assert files(validation_sets(preset)) == files(validation_sets(by_path))
 
 
 def test_all_reference_presets_exist():

@@ -361,7 +361,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     check_output_file(args.output, "--output")
     if args.testset is not None and args.input is not None:
         raise AttnmtError("give --testset or --input, not both")
-    testset = _testset_files(args)  # a named test set's files, fetched once where not given locally
+    testset = _testset_paths(args)  # a named test set's files, fetched once where not given locally
     source = str(testset[0]) if testset else args.input
     check_input_file(source, "--input")
     tr = _with_stopping_rule(_engine_translator(args), args)
@@ -575,7 +575,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise AttnmtError("give --testset (a named test set such as multi30k:test_2016_flickr) or --src and --ref")
     if args.testset is None and (args.src is None or args.ref is None):
         raise AttnmtError("give both --src and --ref (or --testset)")
-    src_path, ref_path = _testset_files(args) or (args.src, args.ref)
+    src_path, ref_path = _testset_paths(args) or (args.src, args.ref)
     src, ref = read_parallel(src_path, ref_path)
     if not src:
         raise AttnmtError(f"{src_path}: no sentences to evaluate")
@@ -608,7 +608,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _testset_files(args: argparse.Namespace):
+def _testset_paths(args: argparse.Namespace):
     """(source, reference) files of ``--testset`` in the model's direction (``--src-lang`` and
     ``--tgt-lang`` where the model has several languages; ``attnmt.data.testsets``), or None
     without ``--testset``."""
@@ -616,7 +616,7 @@ def _testset_files(args: argparse.Namespace):
         if args.src_lang is not None:
             raise AttnmtError("--src-lang picks the source side of --testset: give --testset")
         return None
-    from attnmt.data.testsets import direction, parse_testset, testset_files
+    from attnmt.data.testsets import direction, parse_testset, resolve_testset
     from attnmt.languages import served_languages
     from attnmt.rundir import model_languages, read_config
 
@@ -628,7 +628,7 @@ def _testset_files(args: argparse.Namespace):
     if not targets and own_tgt:
         targets = [own_tgt]
     src_lang, tgt_lang = direction(sources, targets, args.src_lang, args.tgt_lang)
-    return testset_files(args.testset, src_lang, tgt_lang, args.data_dir)
+    return resolve_testset(args.testset, src_lang, tgt_lang, args.data_dir)
 
 
 def cmd_download(args: argparse.Namespace) -> int:

@@ -58,7 +58,8 @@ def direction(sources: list[str], targets: list[str], src_lang: str | None, tgt_
     return _language("source", sources, src_lang, "--src-lang"), _language("target", targets, tgt_lang, "--tgt-lang")
 
 
-def testset_files(text: str, src_lang: str, tgt_lang: str, data_dir: str | Path | None = None) -> tuple[Path, Path]:
+def resolve_testset(text: str, src_lang: str, tgt_lang: str,
+                    data_dir: str | Path | None = None) -> tuple[Path, Path]:
     """(source file, reference file) of test set ``text`` (``DATASET:SPLIT``) in the direction
     ``src_lang``-``tgt_lang``, from the local copy or downloaded (``dataset_file``).
 
