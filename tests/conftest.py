@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +18,43 @@ from attnmt.config import ModelConfig
 from attnmt.model.transformer import Transformer
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+WEB = REPO / "src" / "attnmt" / "web"
+# What the browser features' tests need, and the reason each skips without it, naming the package.
+WEB_TOOLS = {
+    "page": "the web page is not built: pip install -e . builds it where npm is on PATH (Debian packages nodejs npm)",
+    "packages": "the page's JavaScript packages are not installed: pip install -e . installs them where npm is on "
+                "PATH (Debian package npm)",
+    "node": "node is not installed (Debian package nodejs)",
+    "chromium": "chromium is not installed (Debian package chromium)",
+}
+
+
+def chromium_path() -> str | None:
+    """The chromium executable on PATH (or Debian's /usr/bin/chromium), else None."""
+    found = shutil.which("chromium") or "/usr/bin/chromium"
+    return found if os.path.exists(found) else None
+
+
+def missing_web_tool(*needs: str) -> str | None:
+    """The skip reason of the first of ``needs`` (keys of :data:`WEB_TOOLS`) that is absent, else None."""
+    from attnmt.interop import web_bundle
+
+    present = {"page": lambda: not web_bundle.missing_assets(WEB / "dist"),
+               "packages": lambda: (WEB / "node_modules" / "@sctg").is_dir(),
+               "node": lambda: shutil.which("node") is not None,
+               "chromium": lambda: chromium_path() is not None}
+    return next((WEB_TOOLS[need] for need in needs if not present[need]()), None)
+
+
+def skip_without(*needs: str) -> None:
+    """Skip the calling test (or fixture) where one of ``needs`` is absent, naming its package:
+    every test of the suite that needs the built page, its JavaScript packages, node or chromium
+    calls this (tests/test_web_skips.py checks it)."""
+    reason = missing_web_tool(*needs)
+    if reason is not None:
+        pytest.skip(reason)
 
 
 def multi30k_data() -> Path | None:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import skip_without
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = os.environ.get("ATTNMT_DATA")
 RUNS = [("train", "--part", "peers"), ("train", "--part", "compile"), ("train", "--part", "ddp"),
@@ -26,6 +28,11 @@ RUNS = [("train", "--part", "peers"), ("train", "--part", "compile"), ("train", 
         ("serve", "--driver", "wrk"), ("web",), ("data", "--part", "corpora"), ("data", "--part", "simulate"),
         ("quality", "--part", "presets", "--inference-precisions", "fp32,int8"),
         *[("quality", "--part", part) for part in ("multilingual", "distill", "fast", "recipes", "finetune", "control")]]
+
+
+# The runs that need the browser features: the web suite opens the page in chromium; the distillation
+# part exports the student as a web page (tests/test_web_skips.py checks that every part exporting one is here).
+NEEDS = {"web": ("page", "chromium"), "quality --part distill": ("page",)}
 
 
 def benchmarks(*args: str, work: Path | None = None) -> subprocess.CompletedProcess:
@@ -45,8 +52,7 @@ def test_suite_runs_at_smoke_size(argv, work):
         pytest.skip("needs ATTNMT_DATA (the folder holding multi30k/)")
     if "wrk" in argv and shutil.which("wrk") is None:
         pytest.skip("needs wrk")
-    if argv[0] == "web" and (shutil.which("chromium") is None or not (REPO / "src/attnmt/web/dist").is_dir()):
-        pytest.skip("needs chromium and the built page (npm ci && npm run build in src/attnmt/web)")
+    skip_without(*NEEDS.get(" ".join(argv[:3]), ()))
     p = benchmarks(argv[0], "--smoke", *argv[1:], work=work)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     records = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]

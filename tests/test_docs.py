@@ -170,6 +170,22 @@ def test_ci_runs_the_readme_install_lines_and_test_command_as_written():
     assert all(re.search(rf"\b{p}\b", "\n".join(ci)) for p in packages)
 
 
+def test_readme_command_1_is_one_block_for_anyone_s_machine():
+    """Command 1 names nothing of this repository's layout (no shared folder, no ATTNMT_DATA: a
+    user's machine downloads Multi30k), evaluates a named test set, and says where PyTorch's CPU
+    wheel comes from beside its install line; .ci/run points ATTNMT_DATA at the local copy itself."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    command1 = re.findall(r"```bash\n(.*?)```", readme, re.S)[0]
+    assert "shared" not in command1 and "ATTNMT_DATA" not in command1 and "$DATA" not in command1
+    assert "attnmt evaluate --model runs/de-en --testset multi30k:test_2016_flickr" in command1
+    lines = command1.splitlines()
+    torch = lines.index(".venv/bin/pip install torch==2.13.0")
+    assert lines[torch - 1].startswith("#") and "--index-url https://download.pytorch.org/whl/cpu" in lines[torch - 1]
+    assert "export ATTNMT_DATA=DIR" in readme.split(command1 + "```")[1].split("```")[0]  # the offline machine's line
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert re.search(r'\[ -d \.\./shared/data/multi30k \]; then export ATTNMT_DATA=', ci)
+
+
 DOC_PAGES = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
 
 # Words that tell the project's history instead of what the code does now.

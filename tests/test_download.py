@@ -305,3 +305,33 @@ def test_a_bad_download_timeout_is_one_line(upstream, tmp_path):
     result = attnmt(env, "-q", "download", "multi30k", "--pairs", "de-en", timeout=120)
     assert_one_line_error(result.returncode, result.stderr, "ATTNMT_DOWNLOAD_TIMEOUT='soon'")
     assert upstream.requests == []
+
+
+def test_a_progress_bar_on_a_terminal_none_in_a_pipe(upstream, tmp_path):
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    upstream.files["train.de.gz"] = b"\x1f\x8b" + bytes(300_000)  # not the registry's file: refused once fetched
+    env = user_env(tmp_path, upstream)
+    command = [sys.executable, "-m", "attnmt", "-q", "download", "multi30k", "--pairs", "de-en"]
+    master, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 100 columns
+    try:
+        proc = subprocess.run(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=terminal, timeout=120)
+    finally:
+        os.close(terminal)
+    shown = b""
+    while True:
+        try:
+            block = os.read(master, 1 << 16)
+        except OSError:  # the terminal's other end is closed: all read
+            break
+        if not block:
+            break
+        shown += block
+    os.close(master)
+    assert proc.returncode == 2 and b"train.de.gz: " in shown and b"%|" in shown, shown  # tqdm's bar
+    piped = attnmt(env, "-q", "download", "multi30k", "--pairs", "de-en", timeout=120)
+    assert piped.returncode == 2 and "%|" not in piped.stderr and len(piped.stderr.splitlines()) == 1

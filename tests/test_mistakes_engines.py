@@ -22,7 +22,7 @@ from attnmt.decode.translator import Translator
 from attnmt.search.options import C_INT_MAX, SearchOptions
 from attnmt.serve.app import create_app
 from attnmt.serve.settings import ServeSettings
-from tests.conftest import GERMAN_ENGLISH, tiny_model, wait_ready
+from tests.conftest import GERMAN_ENGLISH, skip_without, tiny_model, wait_ready
 from tests.test_hardening import assert_one_line_error, run_cli
 from tests.test_mistakes import export_engines
 
@@ -322,8 +322,7 @@ def test_imported_vocabulary_never_receives_a_reserved_piece():
 
 def test_web_page_tokenizer_encodes_a_tag_in_text_as_text(tagged, tmp_path):
     web = Path(__file__).resolve().parents[1] / "src" / "attnmt" / "web"
-    if not shutil.which("node") or not (web / "node_modules" / "@sctg").is_dir():
-        pytest.skip("node or the page's JavaScript packages are not installed")
+    skip_without("node", "packages")
     from attnmt.interop.web import _tokenizer_files
 
     files = _tokenizer_files(tmp_path, tagged.src_tokenizer, tagged.tgt_tokenizer, tmp_path)
@@ -336,8 +335,7 @@ def test_web_page_tokenizer_encodes_a_tag_in_text_as_text(tagged, tmp_path):
 
 def test_web_page_tokenizer_of_an_imported_model_never_receives_a_reserved_piece(tmp_path):
     web = Path(__file__).resolve().parents[1] / "src" / "attnmt" / "web"
-    if not shutil.which("node") or not (web / "node_modules" / "@sctg").is_dir():
-        pytest.skip("node or the page's JavaScript packages are not installed")
+    skip_without("node", "packages")
     sp = Tokenizer.train(["1 2 3 12 23 31 123"] * 20, 12, "bpe")
     vocab = ["<pad>", "<unk>", "▁", "</s>", ">>fra<<", *[p for p in sp.pieces(list(range(4, len(sp)))) if p != "▁"]]
     (tmp_path / "m.model").write_bytes(sp.model_proto)

@@ -23,7 +23,7 @@ from attnmt.cli import main
 from attnmt.config import config_from_dict
 from attnmt.decode.translator import Translator
 from attnmt.errors import ConfigError
-from tests.conftest import GERMAN_ENGLISH, toy_sentence
+from tests.conftest import GERMAN_ENGLISH, skip_without, toy_sentence
 
 GERMAN = ["ein mann sieht ein auto", "kind spielt ball und katze", "frau fährt rot auto", "hund und katze",
           "ein groß haus", "frau sieht kind und hund spielt ball"]
@@ -118,8 +118,7 @@ def web_tests():
 
 @pytest.fixture(scope="module")
 def browser(web_tests):
-    if not Path(web_tests.CHROMIUM).exists():
-        pytest.skip("chromium is not installed (Debian package chromium)")
+    skip_without("chromium")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

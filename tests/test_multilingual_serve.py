@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import urllib.error
 
@@ -18,7 +17,7 @@ from attnmt.decode.alignment import format_alignment
 from attnmt.decode.translator import Translator
 from attnmt.serve.app import create_app
 from attnmt.serve.settings import ServeSettings
-from tests.conftest import ENGLISH_FRENCH, GERMAN_ENGLISH, toy_sentence, wait_ready
+from tests.conftest import ENGLISH_FRENCH, GERMAN_ENGLISH, skip_without, toy_sentence, wait_ready
 from tests.test_serve_page import CHROMIUM, _start
 from tests.test_serve_stream import _stream
 
@@ -148,8 +147,7 @@ def test_languages_share_a_batch(translator):
 
 
 def test_the_page_offers_the_target_languages(url):
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("chromium is not installed (Debian package chromium)")
+    skip_without("chromium")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

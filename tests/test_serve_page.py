@@ -3,7 +3,6 @@ server process: `attnmt serve` on 127.0.0.1, then SIGTERM with requests in fligh
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import socket
@@ -16,6 +15,7 @@ import httpx
 import pytest
 
 from attnmt.decode.translator import Translator
+from tests.conftest import skip_without
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SENTENCE = "ein mann sieht katze und hund"
@@ -67,8 +67,7 @@ def server(dictionary_model_dir):
 
 
 def test_page_shows_translation_confidence_and_attention(server, tmp_path):
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("chromium is not installed (Debian package chromium)")
+    skip_without("chromium")
     from playwright.sync_api import sync_playwright
 
     api = httpx.post(server + "/v1/translate", json={"text": SENTENCE, "beam_size": 3, "nbest": 2,

@@ -5,7 +5,6 @@ need a real connection)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 
@@ -15,7 +14,7 @@ import pytest
 from attnmt.decode.translator import Translator
 from attnmt.serve.app import create_app
 from attnmt.serve.settings import ServeSettings
-from tests.conftest import live_server
+from tests.conftest import live_server, skip_without
 
 LONG = " ".join(["ein mann sieht hund und katze", "frau fährt rot auto", "kind spielt ball"] * 3)
 
@@ -132,8 +131,7 @@ def test_constraints_alignments_and_confidence_in_the_api(url):
 def test_the_page_streams_words_and_shades_unsure_ones(url, tmp_path):
     from tests.test_serve_page import CHROMIUM, translate_on_page
 
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("chromium is not installed (Debian package chromium)")
+    skip_without("chromium")
     from playwright.sync_api import sync_playwright
 
     # a sentence of which the toy model is unsure of some words (how sure it is depends on its training,

@@ -15,6 +15,7 @@ import pytest
 from attnmt.cli import main
 from attnmt.interop import web as web_export
 from attnmt.interop import web_bundle
+from tests.conftest import skip_without
 
 REAL_WEB = Path(web_export.WEB_DIR)
 
@@ -114,9 +115,7 @@ def test_a_wheel_without_the_page_names_what_to_install(tmp_path, monkeypatch, c
 def test_the_built_page_records_the_sources_it_was_built_from():
     """build.mjs's record (JavaScript) and web_bundle's hashes (Python) agree on this checkout's
     sources: the bundle that `pip install` built is current."""
-    if web_bundle.missing_assets(REAL_WEB / "dist"):
-        pytest.skip("the web page is not built: pip install -e . builds it where npm is on PATH "
-                    "(Debian packages nodejs npm)")
+    skip_without("page")
     recorded = web_bundle.recorded_hashes(REAL_WEB / "dist")
     assert recorded is not None and "src/search.js" in recorded and "package-lock.json" in recorded
     assert recorded == web_bundle.source_hashes(REAL_WEB), web_bundle.changed_sources(REAL_WEB)

@@ -28,9 +28,7 @@ import pytest
 
 from attnmt.cli import main
 from attnmt.decode.translator import Translator
-from attnmt.interop import web as web_export
-from attnmt.interop import web_bundle
-from tests.conftest import GERMAN_ENGLISH
+from tests.conftest import GERMAN_ENGLISH, skip_without
 from tests.test_interop_marian import _data_dir, marian  # noqa: F401  (the tiny MarianMT fixture)
 
 pytest.importorskip("onnxruntime")
@@ -89,8 +87,7 @@ class _Server:
 
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed (Debian package chromium)")
+    skip_without("chromium")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -128,9 +125,7 @@ def _agreement(ours: list[list[int]], native) -> float:
 
 
 def _require_page():
-    if web_bundle.missing_assets(web_export.WEB_DIR / "dist"):
-        pytest.skip("the web page is not built: pip install -e . builds it where npm is on PATH (Debian packages "
-                    "nodejs npm)")
+    skip_without("page")
 
 
 @pytest.fixture(scope="module")
@@ -396,11 +391,7 @@ def test_javascript_tokenizer_equals_sentencepiece(model_type, tmp_path):
     SentencePiece's ids on 500 sentences with punctuation, digits and rare Unicode."""
     import sentencepiece as spm
 
-    if not shutil.which("node"):
-        pytest.skip("node is not installed (Debian package nodejs)")
-    if not (WEB / "node_modules" / "@sctg").is_dir():
-        pytest.skip("the page's JavaScript packages are not installed: pip install -e . installs them where npm is "
-                    "on PATH (Debian package npm)")
+    skip_without("node", "packages")
     lines = _multi30k_lines()
     assert len(lines) == 500
     data = _data_dir() / "multi30k"
@@ -419,8 +410,7 @@ def test_javascript_tokenizer_equals_sentencepiece(model_type, tmp_path):
 
 def test_node_test_runner_passes():
     """The JavaScript side's own tests (search.js against hand-computed cases)."""
-    if not shutil.which("node"):
-        pytest.skip("node is not installed (Debian package nodejs)")
+    skip_without("node")
     run = subprocess.run(["node", "--test", "test/"], cwd=WEB, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "# fail 0" in run.stdout and "# pass 0" not in run.stdout

@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from attnmt.search.options import SearchOptions
+from tests.conftest import skip_without
 
 WEB = Path(__file__).resolve().parents[1] / "src" / "attnmt" / "web"
 
@@ -44,8 +43,7 @@ def _cases() -> list[dict]:
 
 
 def test_page_scores_equal_python_scores(tmp_path):
-    if not shutil.which("node"):
-        pytest.skip("node is not installed (Debian package nodejs)")
+    skip_without("node")
     path = tmp_path / "cases.json"
     path.write_text(json.dumps(_cases()), encoding="utf-8")
     run = subprocess.run(["node", "--test", "test/scores.test.js"], cwd=WEB, capture_output=True, text=True,
