@@ -9,6 +9,7 @@ NEEDS."""
 from __future__ import annotations
 
 import ast
+import os
 import re
 from pathlib import Path
 
@@ -102,8 +103,8 @@ def test_every_benchmark_run_that_exports_a_web_page_needs_the_page():
                                            ("chromium", "chromium")])
 def test_skip_without_names_the_package(need, package, monkeypatch, tmp_path):
     monkeypatch.setattr(conftest, "WEB", tmp_path)  # no dist/, no node_modules/
-    monkeypatch.setattr(conftest.shutil, "which", lambda name: None)
-    monkeypatch.setattr(conftest.os.path, "exists", lambda path: False)
+    monkeypatch.setattr(conftest.shutil, "which", lambda name: None)  # no node, no chromium on PATH
+    monkeypatch.setattr(conftest.os.path, "exists", lambda path: path != "/usr/bin/chromium" and os.access(path, 0))
     with pytest.raises(pytest.skip.Exception, match=f"Debian package[s]? {package}"):
         conftest.skip_without(need)
     assert conftest.missing_web_tool() is None
