@@ -752,6 +752,19 @@ def _add_testset_options(p: argparse.ArgumentParser, read: str) -> None:
                    "$ATTNMT_DATA")
 
 
+def _add_evaluate_parser(sub) -> None:
+    p = sub.add_parser("evaluate", help="BLEU and chrF (sacreBLEU) of a model on a test set")
+    _add_decode_options(p)
+    p.add_argument("--src", help="source file (plain or .gz); or --testset")
+    p.add_argument("--ref", help="reference file (plain or .gz), line-aligned with --src")
+    _add_testset_options(p, "the source and reference")
+    p.add_argument("--json", action="store_true", help="print the scores as one JSON object")
+    p.add_argument("--hyp-output", help="also write the translations to this file")
+    _add_stopping_options(p)
+    _add_engine_options(p)
+    p.set_defaults(func=cmd_evaluate)
+
+
 def _add_download_parser(sub) -> None:
     p = sub.add_parser("download", help="fetch every file of a registered dataset's pairs (train, val, test sets), "
                        "checked against their SHA-256, for an offline machine")
@@ -950,16 +963,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_serve_parser(sub)
 
-    p = sub.add_parser("evaluate", help="BLEU and chrF (sacreBLEU) of a model on a test set")
-    _add_decode_options(p)
-    p.add_argument("--src", help="source file (plain or .gz); or --testset")
-    p.add_argument("--ref", help="reference file (plain or .gz), line-aligned with --src")
-    _add_testset_options(p, "the source and reference")
-    p.add_argument("--json", action="store_true", help="print the scores as one JSON object")
-    p.add_argument("--hyp-output", help="also write the translations to this file")
-    _add_stopping_options(p)
-    _add_engine_options(p)
-    p.set_defaults(func=cmd_evaluate)
+    _add_evaluate_parser(sub)
     return parser
 
 
