@@ -4,8 +4,8 @@ runs as its own process with HOME and XDG_CACHE_HOME in a temporary folder and n
 README command 1's data steps end to end (train, evaluate --testset, translate --testset), the
 download command, a preset of several directions trained from the download alone, and each way
 a download fails: a changed byte, a connection cut mid-file, a 404, an HTML page, a server that
-trickles bytes past the deadline, SIGTERM mid-file. Nothing but a checked file lands in the
-cache. The happy paths serve the real files (their SHA-256 are the registry's), read from
+trickles bytes past the deadline, SIGTERM or SIGINT mid-file. Nothing but a checked file lands in
+the cache. The happy paths serve the real files (their SHA-256 are the registry's), read from
 $ATTNMT_DATA; the failures need none."""
 
 from __future__ import annotations
@@ -280,7 +280,8 @@ def test_a_trickle_past_the_deadline_is_one_line_and_nothing_is_kept(upstream, t
     assert cached(env) == []
 
 
-def test_sigterm_mid_file_leaves_no_part_file(upstream, tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_mid_file_leaves_no_part_file(upstream, tmp_path, stop):
     upstream.files["train.de.gz"] = upstream.trickle
     env = user_env(tmp_path, upstream)
     proc = subprocess.Popen([sys.executable, "-m", "attnmt", "-q", "download", "multi30k", "--pairs", "de-en"],
@@ -291,12 +292,12 @@ def test_sigterm_mid_file_leaves_no_part_file(upstream, tmp_path):
             time.sleep(0.05)
         assert cached(env) and cached(env)[0].endswith(".part")  # mid-file
         time.sleep(0.2)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(stop)
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert "stopped by SIGTERM" in err and "Traceback" not in err
+    assert proc.returncode == 128 + stop, err
+    assert f"stopped by {stop.name}" in err and "Traceback" not in err
     assert cached(env) == []
 
 

@@ -23,8 +23,8 @@ BENCHMARKS = TESTS.parent / "benchmarks"
 # What needs the browser features: exporting a web page, a browser, node.
 USES = re.compile(r'"export", "web"|export_web\(|sync_playwright|chromium\.launch|\["node",|\(\["node"')
 # A skip of its own for one of those tools.
-OWN_SKIP = re.compile(r"pytest\.skip\([^)]*(chromium|nodejs|\bnode\b(?! \w*\.)|web page|built page|JavaScript|npm is on)",
-                      re.I)
+OWN_SKIP = re.compile(
+    r"pytest\.skip\([^)]*(chromium|nodejs|\bnode\b(?! \w*\.)|web page|built page|JavaScript|npm is on)", re.I)
 
 
 def _functions() -> dict[str, tuple[str, ast.FunctionDef, str]]:
@@ -63,8 +63,8 @@ def _is_test_or_fixture(node: ast.FunctionDef) -> bool:
 
 # Tests that export a web page without needing the built one: they build a stand-in page in a
 # temporary folder or stop at an error before the page is read (they pass without npm).
-NEEDS_NO_PAGE = {"test_a_wheel_without_the_page_names_what_to_install", "test_export_refuses_a_stale_bundle_in_one_line",
-                 "test_export_errors_are_one_line"}
+NEEDS_NO_PAGE = {"test_a_wheel_without_the_page_names_what_to_install",
+                 "test_export_refuses_a_stale_bundle_in_one_line", "test_export_errors_are_one_line"}
 
 
 def test_every_test_needing_the_page_chromium_or_node_skips_through_skip_without():
