@@ -58,7 +58,9 @@ def _nav_pages(nav) -> set[str]:
 
 def test_every_page_of_docs_is_in_the_navigation():
     config = yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8").replace("!!python", "#"))
-    pages = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md") if "_hooks" not in p.parts}
+    pages = {p.relative_to(DOCS).as_posix() for pattern in ("*.md", "*.ipynb") for p in DOCS.rglob(pattern)
+             if "_hooks" not in p.parts and ".ipynb_checkpoints" not in p.parts}
+    assert "tutorial.ipynb" in pages
     assert pages == _nav_pages(config["nav"])
 
 
@@ -103,6 +105,14 @@ def test_the_generated_pages_hold_the_results_and_the_modules(site):
         assert module in architecture
     api = _text(site / "api" / "index.html")
     assert "sinusoidal_table" in api and "load_config" in api
+
+
+def test_the_tutorial_page_holds_its_steps_and_figures(site):
+    page = (site / "tutorial" / "index.html").read_text(encoding="utf-8")
+    text = _text(site / "tutorial" / "index.html")
+    assert all(f"Step {n}." in text for n in range(1, 10))
+    assert "fused kernel equals the explicit formula (padding mask): True" in text  # a stored output
+    assert page.count('src="data:image/png;base64,') == 4  # the four figures, stored in the notebook
 
 
 def _yaml_blocks(path: Path) -> list[str]:
@@ -165,7 +175,7 @@ def notebook_machine_paths(path: Path) -> list[str]:
 def test_the_notebook_path_check_finds_a_path_in_an_output(tmp_path):
     cell = {"cell_type": "code", "source": "print(work)", "metadata": {}, "execution_count": 1, "outputs": [
         {"output_type": "stream", "name": "stdout", "text": ["run in /tmp/attnmt-tutorial-x1/run\n"]},
-        {"output_type": "display_data", "metadata": {}, "data": {"image/png": "iVBOR/work/x+/home/y"}}]}
+        {"output_type": "display_data", "metadata": {}, "data": {"image/png": "iVBOR+/" + "home/y+/" + "tmp/z"}}]}
     path = tmp_path / "t.ipynb"
     path.write_text(json.dumps({"cells": [cell]}), encoding="utf-8")
     assert notebook_machine_paths(path) == ["t.ipynb:cell 1: run in /tmp/attnmt-tutorial-x1/run"]
