@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
@@ -57,7 +58,9 @@ def _nav_pages(nav) -> set[str]:
 
 def test_every_page_of_docs_is_in_the_navigation():
     config = yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8").replace("!!python", "#"))
-    pages = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md") if "_hooks" not in p.parts}
+    pages = {p.relative_to(DOCS).as_posix() for pattern in ("*.md", "*.ipynb") for p in DOCS.rglob(pattern)
+             if "_hooks" not in p.parts and ".ipynb_checkpoints" not in p.parts}
+    assert "tutorial.ipynb" in pages
     assert pages == _nav_pages(config["nav"])
 
 
@@ -104,6 +107,14 @@ def test_the_generated_pages_hold_the_results_and_the_modules(site):
     assert "sinusoidal_table" in api and "load_config" in api
 
 
+def test_the_tutorial_page_holds_its_steps_and_figures(site):
+    page = (site / "tutorial" / "index.html").read_text(encoding="utf-8")
+    text = _text(site / "tutorial" / "index.html")
+    assert all(f"Step {n}." in text for n in range(1, 10))
+    assert "fused kernel equals the explicit formula (padding mask): True" in text  # a stored output
+    assert page.count('src="data:image/png;base64,') == 4  # the four figures, stored in the notebook
+
+
 def _yaml_blocks(path: Path) -> list[str]:
     return re.findall(r"```yaml\n(.*?)```", path.read_text(encoding="utf-8"), flags=re.S)
 
@@ -139,6 +150,35 @@ def test_every_results_table_names_its_cpu_date_and_command():
 
 
 MACHINE_PATH = re.compile(r"(?<![\w.-])/(?:work|home|root)/")
+# In a notebook's outputs also the temporary files and the installed packages of the machine that ran it.
+NOTEBOOK_MACHINE_PATH = re.compile(r"(?<![\w.-])/(?:work|home|root|tmp|private|Users)/|site-packages|[A-Z]:\\")
+
+
+def notebook_machine_paths(path: Path) -> list[str]:
+    """'name:cell N: line' for each line of a notebook's cells and text outputs that names a path
+    of a machine (its figures, base64 PNG data, are not text and are left out)."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    hits = []
+    for n, cell in enumerate(cells, start=1):
+        texts = [cell["source"]]
+        for output in cell.get("outputs", []):
+            texts += [output.get("text", ""), output.get("traceback", []), output.get("evalue", "")]
+            texts += [value for kind, value in output.get("data", {}).items() if not kind.startswith("image/")]
+        for text in texts:
+            for line in "".join(text).splitlines():
+                pattern = MACHINE_PATH if text is cell["source"] else NOTEBOOK_MACHINE_PATH
+                if pattern.search(line):
+                    hits.append(f"{path.name}:cell {n}: {line.strip()[:100]}")
+    return hits
+
+
+def test_the_notebook_path_check_finds_a_path_in_an_output(tmp_path):
+    cell = {"cell_type": "code", "source": "print(work)", "metadata": {}, "execution_count": 1, "outputs": [
+        {"output_type": "stream", "name": "stdout", "text": ["run in /tmp/attnmt-tutorial-x1/run\n"]},
+        {"output_type": "display_data", "metadata": {}, "data": {"image/png": "iVBOR+/" + "home/y+/" + "tmp/z"}}]}
+    path = tmp_path / "t.ipynb"
+    path.write_text(json.dumps({"cells": [cell]}), encoding="utf-8")
+    assert notebook_machine_paths(path) == ["t.ipynb:cell 1: run in /tmp/attnmt-tutorial-x1/run"]
 
 
 def test_no_path_of_a_build_machine_is_committed():
@@ -149,6 +189,9 @@ def test_no_path_of_a_build_machine_is_committed():
     for name in filter(None, files):
         path = REPO / name.decode()
         if path.suffix in {".png", ".gz", ".safetensors", ".model"} or not path.is_file():
+            continue
+        if path.suffix == ".ipynb":
+            hits += notebook_machine_paths(path)
             continue
         for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
             if MACHINE_PATH.search(line):
