@@ -14,9 +14,9 @@ import json
 import sys
 from pathlib import Path
 
+from harness import HERE
 from records import Record, load, machine_label, renamed
 
-HERE = Path(__file__).resolve().parent
 RECORDS = HERE / "records"
 RESULTS = HERE / "RESULTS.md"
 

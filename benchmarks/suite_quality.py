@@ -261,10 +261,10 @@ def fast(args) -> None:
 
     def options(alpha: float) -> tuple:
         return ("--length-penalty", alpha, "--early-stopping", "true")
-    scores = {(b, a): h.evaluate(args.fast, *val, "--beam-size", b, *options(a))["bleu"]
-              for b in map(int, args.beams.split(",")) for a in map(float, args.alphas.split(","))}
-    top = max(scores.values())
-    beam, _, alpha = min((b, -s, a) for (b, a), s in scores.items() if s >= top - args.tolerance)
+    val_bleu = {(b, a): h.evaluate(args.fast, *val, "--beam-size", b, *options(a))["bleu"]
+                for b in map(int, args.beams.split(",")) for a in map(float, args.alphas.split(","))}
+    top = max(val_bleu.values())
+    beam, _, alpha = min((b, -s, a) for (b, a), s in val_bleu.items() if s >= top - args.tolerance)
     settings = {"default": (args.default, args.default_beam, args.default_alpha), "fast": (args.fast, beam, alpha)}
     tests = {name: h.evaluate(m, src, ref, "--beam-size", b, *options(a)) for name, (m, b, a) in settings.items()}
     best = timed(args, {name: (m, b, {"length_penalty": a, "early_stopping": "true"})
