@@ -4,7 +4,6 @@ driver's one-line errors for every suite and part of the registry (``benchmarks/
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
