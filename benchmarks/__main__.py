@@ -2,19 +2,21 @@
 
 Suites (``python -m benchmarks SUITE --help`` lists each one's options):
 
-- ``train``: the peers' training throughput and translation in the shared setting, the compiled step
+- ``train``: the peers' training throughput and translation in the shared setting, the compiled step, torchrun
 - ``translate``: attnmt's engines, stopping rules, CTranslate2 called directly
 - ``serve``: ``attnmt serve`` under load (``--driver httpx`` or ``wrk``)
 - ``web``: the exported page in headless Chromium against native translation
 - ``data``: ``attnmt prepare`` and training at K copies of Multi30k, the simulated 100M-pair corpus
-- ``quality``: presets, multilingual, distillation, the fast preset, fine-tuning, control of the output
+- ``quality``: presets, multilingual, distillation, the fast preset, recipes, fine-tuning, control of the output
 
-Each suite appends its figures to ``records/SUITE.jsonl``; ``report`` rebuilds RESULTS.md from them.
+Each suite stores its figures in ``records/SUITE.jsonl``; ``report`` rebuilds RESULTS.md from them.
+A mistake in the options, the data folder or a records file is one line on stderr, exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import importlib
 import shlex
 import sys
@@ -22,34 +24,68 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from attnmt.errors import AttnmtError  # noqa: E402
+
 import harness  # noqa: E402
+import records  # noqa: E402
 import results  # noqa: E402
 
-SUITES = ("train", "translate", "serve", "web", "data", "quality")
+# The suites, each a module suite_NAME with add_arguments(parser), run(args), PARTS (part -> the options that pick
+# it), SMOKE (option -> its value at --smoke size; a callable gets the options) and MODELS (options naming a model).
+SUITES = {name: importlib.import_module(f"suite_{name}") for name in ("train", "translate", "serve", "web", "data",
+                                                                      "quality")}
+
+
+def parser() -> argparse.ArgumentParser:
+    """The driver's command line: a subcommand per suite, and ``report``."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="suite", required=True)
+    for name, module in SUITES.items():
+        s = sub.add_parser(name, help=module.__doc__.splitlines()[0], description=module.__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        harness.add_common(s)
+        module.add_arguments(s)
+    r = sub.add_parser("report", help="rebuild RESULTS.md from the records")
+    r.add_argument("--check", action="store_true", help="exit 1 if RESULTS.md differs from the records, or two "
+                   "records of one table differ only in a name")
+    r.add_argument("--records", type=Path, default=results.RECORDS, help="records folder (default benchmarks/records)")
+    r.add_argument("--output", type=Path, default=results.RESULTS, help="default benchmarks/RESULTS.md")
+    return p
+
+
+def prepare(args, module) -> None:
+    """Before a suite runs: the records folder readable, the data folder, the models named, the smoke settings."""
+    records.load(args.records)
+    for name in module.MODELS:
+        if getattr(args, name, None) is not None:
+            harness.model_dir(getattr(args, name), "--" + name.replace("_", "-"))
+    args.data = harness.resolve_data(args)
+    args.machine = harness.machine()
+    args.commit, args.dirty = harness.commit()
+    args.date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")  # the run's: one for all its records
+    if args.smoke:
+        args.work.mkdir(parents=True, exist_ok=True)
+        for name, value in module.SMOKE.items():
+            setattr(args, name, value(args) if callable(value) else value)
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="suite", required=True)
-    modules = {}
-    for name in SUITES:
-        modules[name] = importlib.import_module(f"suite_{name}")
-        p = sub.add_parser(name, help=modules[name].__doc__.splitlines()[0], description=modules[name].__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-        harness.add_common(p)
-        modules[name].add_arguments(p)
-    sub.add_parser("report", help="rebuild RESULTS.md from records/*.jsonl").add_argument(
-        "--check", action="store_true", help="exit 1 if RESULTS.md differs from the records")
-    args = parser.parse_args(argv)
-    if args.suite == "report":
-        results.report(args)
-        return
-    args.machine, args.commit = harness.machine(), harness.commit()
-    args.command = shlex.join(["python", "-m", "benchmarks", *argv])
-    args.work.mkdir(parents=True, exist_ok=True)
-    modules[args.suite].run(args)
+    args = parser().parse_args(argv)
+    try:
+        if args.suite == "report":
+            results.report(args)
+            return
+        module = SUITES[args.suite]
+        args.command = shlex.join(["python", "-m", "benchmarks", *argv])
+        prepare(args, module)
+        args.work.mkdir(parents=True, exist_ok=True)
+        module.run(args)
+    except (harness.BenchError, records.RecordError, AttnmtError) as e:
+        for line in str(e).splitlines():
+            print(f"python -m benchmarks {args.suite}: {line}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,13 @@ import json
 import re
 from pathlib import Path
 
-from harness import Proc, alternate, bleu, decode_seconds, run, translate_cmd
-from setting import HERE, MAX_OUTPUT, ROOT, Setting, peer_venv
+from harness import HERE, ROOT, Proc, alternate, bleu, decode_seconds, run, translate_cmd
+from setting import MAX_OUTPUT, Setting, peer_venv
+
 
 def _decode_record(name: str, model: str, p: Proc, decode_s: float, hyp: Path, s: Setting) -> dict:
     rec = {"system": name, "model": model, "decode_s": decode_s, "process_s": p.seconds, "peak_rss": p.peak_rss,
-           "hyp": str(hyp), "bleu": bleu(hyp, s.data / "test.en")[0]}
+           "hyp": str(hyp), "bleu": bleu(hyp, s.data / "test.en")["bleu"]}
     print(f"[bench]   {name}: decode {decode_s:.2f} s, process {p.seconds:.1f} s, BLEU {rec['bleu']}", flush=True)
     return rec
 

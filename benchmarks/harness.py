@@ -1,21 +1,25 @@
 """What every suite shares: the data option, running a process, alternating rounds, the machine,
-records, reading corpora, and ``attnmt translate``'s command line and log line.
+records, reading corpora, training and evaluating with attnmt, and ``attnmt translate``'s command line.
 
 - :func:`add_common` gives a suite's parser ``--data`` (default ``$ATTNMT_DATA``, the folder
-  holding ``multi30k/``), ``--smoke`` (seconds-sized run), ``--work`` and ``--no-record``.
+  holding ``multi30k/``), ``--smoke`` (seconds-sized run), ``--work``, ``--records`` and ``--no-record``;
+  :func:`resolve_data` finds Multi30k as attnmt does (the folder, or attnmt's cache or a download).
 - :func:`run` starts a command and measures it: wall seconds and the peak of the summed resident
   memory of its whole process tree, sampled with psutil every 0.1 s.
 - :func:`alternate` times several jobs in rounds whose order reverses every round (A B C, then
   C B A, ...), so that a machine's drift hits every job alike, and keeps each job's fastest round.
 - :func:`machine` describes the CPU (vendor, family, model, the flags that pick PyTorch's and
   CTranslate2's kernels, cores); every record carries it.
-- :func:`record` appends one JSON line per figure to ``benchmarks/records/SUITE.jsonl``:
-  figure, value, unit, machine, date, commit and the exact command line.
+- :func:`record` stores one figure (records.py) in ``benchmarks/records/SUITE.jsonl``, replacing the
+  record of the same key: figure, value, unit, machine, date, commit and the exact command line.
+- :func:`trained`, :func:`train_log`, :func:`evaluate`, :func:`bleu`: attnmt's training, its log,
+  ``attnmt evaluate --json`` and its scoring, each in one place; :func:`capped` stops a preset at a
+  number of updates; :func:`smoke_model` is the tiny model (:data:`TINY`) of ``--smoke`` runs.
+- :class:`BenchError`: a user's mistake, one line on stderr and exit 2 (``__main__``).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import gzip
 import json
 import os
@@ -30,6 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+from pydantic import ValidationError
+
+from records import Record, machine_label, store
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -40,20 +47,59 @@ FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8"
 TRANSLATED = re.compile(r"translated (\d+) lines in ([\d.]+) s")
 
 
+class BenchError(Exception):
+    """A user's mistake (an option, a data folder, a records file): the driver prints it as one line, exit 2."""
+
+
 def add_common(parser) -> None:
     """The options every suite has."""
     parser.add_argument("--data", type=Path, default=os.environ.get("ATTNMT_DATA"),
-                        help="the folder holding multi30k/ (default $ATTNMT_DATA)")
-    parser.add_argument("--smoke", action="store_true", help="a seconds-sized run that checks the suite works")
+                        help="the folder holding multi30k/ (default $ATTNMT_DATA; without either, attnmt's dataset "
+                             "registry: its cache, or a download)")
+    parser.add_argument("--smoke", action="store_true", help="a seconds-sized run that checks the suite works "
+                        "(prints its records, stores none)")
     parser.add_argument("--work", type=Path, default=WORK, help="work folder (default benchmarks/work)")
-    parser.add_argument("--no-record", action="store_true", help="print the records instead of appending them")
+    parser.add_argument("--records", type=Path, default=RECORDS, help="records folder (default benchmarks/records)")
+    parser.add_argument("--no-record", action="store_true", help="print the records instead of storing them")
+
+
+def resolve_data(args) -> Path:
+    """The folder holding ``multi30k/`` for ``--data`` (or ``$ATTNMT_DATA``), else attnmt's cache of the
+    Multi30k download (attnmt.data.corpus.dataset_file: the cache, or a download).
+
+    Raises:
+        BenchError: ``--data`` missing or without ``multi30k/``; the download failed (offline).
+    """
+    from attnmt.data.corpus import dataset_file
+    from attnmt.errors import DataError
+
+    if args.data is not None and not Path(args.data).is_dir():
+        raise BenchError(f"--data {args.data}: no such folder (the folder holding multi30k/, or ATTNMT_DATA)")
+    if args.data is not None and not (Path(args.data) / "multi30k").is_dir():
+        raise BenchError(f"--data {args.data}: no folder multi30k/ in it (the folder holding multi30k/, or ATTNMT_DATA)")
+    try:
+        files = [dataset_file("multi30k", split, lang, args.data) for split in ("train", "val", "test_2016_flickr")
+                 for lang in ("de", "en")]
+    except DataError as e:
+        raise BenchError(f"no Multi30k (give --data DIR or set ATTNMT_DATA, the folder holding multi30k/): {e}") from None
+    return files[0].parents[1]
 
 
 def corpus(args, split: str, lang: str) -> Path:
-    """``DATA/multi30k/SPLIT.LANG.gz``; exits naming ``--data`` when the folder is not given."""
-    if not args.data:
-        raise SystemExit("no data: pass --data DIR or set ATTNMT_DATA (the folder holding multi30k/)")
-    return Path(args.data) / "multi30k" / f"{split}.{lang}.gz"
+    """``DATA/multi30k/SPLIT.LANG.gz`` of the resolved data folder (:func:`resolve_data`)."""
+    path = Path(args.data) / "multi30k" / f"{split}.{lang}.gz"
+    if not path.is_file():
+        raise BenchError(f"--data {args.data}: no file multi30k/{split}.{lang}.gz")
+    return path
+
+
+def model_dir(path: Path | None, option: str = "--model") -> Path:
+    """``path`` if it names a model directory (or a preset's ``.yaml``); else :class:`BenchError`."""
+    if path is None:
+        raise BenchError(f"{option} is required for this part")
+    if not (Path(path).is_dir() or (Path(path).suffix == ".yaml" and Path(path).is_file())):
+        raise BenchError(f"{option} {path}: no such model directory")
+    return Path(path)
 
 
 def read_lines(path: Path, limit: int | None = None) -> list[str]:
@@ -173,7 +219,7 @@ def attnmt(*args: str) -> list[str]:
     return [sys.executable, "-m", "attnmt", *map(str, args)]
 
 
-def torchrun(*args: str) -> list[str]:
+def torchrun_cmd(*args: str) -> list[str]:
     """``torchrun --nproc_per_node 2 -m attnmt ARGS`` in this interpreter."""
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "attnmt", *map(str, args)]
 
@@ -200,13 +246,13 @@ def translate(model: Path, src: Path, out: Path, env: dict | None = None, **opti
     return {"seconds": p.seconds, "decode_seconds": decode_seconds(p.output), "peak_rss": p.peak_rss, "output": out}
 
 
-def bleu(hyp: Path, ref: Path, limit: int | None = None) -> tuple[float, float]:
-    """sacreBLEU and chrF of a hypothesis file against a reference file (first ``limit`` lines)."""
-    import sacrebleu
+def bleu(hyp: Path, ref: Path, limit: int | None = None) -> dict:
+    """sacreBLEU's BLEU and chrF of a hypothesis file against a reference file (its first ``limit`` lines),
+    as ``attnmt evaluate`` scores them (attnmt.evaluate.corpus_scores)."""
+    from attnmt.evaluate import corpus_scores
 
     refs = read_lines(ref, limit)
-    hyps = read_lines(hyp)[:len(refs)]
-    return (round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2), round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2))
+    return corpus_scores(read_lines(hyp)[:len(refs)], refs)
 
 
 def machine() -> dict:
@@ -224,40 +270,80 @@ def machine() -> dict:
     return desc
 
 
-def machine_label(m: dict) -> str:
-    """A short name for a machine description, as RESULTS.md's tables show it."""
-    if m.get("label"):
-        return m["label"]
-    kind = "bf16" if "avx512_bf16" in m.get("flags", []) else "AVX2"
-    vendor = "EPYC" if "AMD" in m.get("vendor", "") + m.get("model_name", "") else m.get("vendor", "CPU")
-    return f"{vendor} {kind} (fam {m.get('family')} model {m.get('model')})"
-
-
-def commit() -> str:
-    """The checkout's short commit ('+' if it has uncommitted changes), or '' outside git."""
+def commit() -> tuple[str, bool]:
+    """The checkout's full commit hash and whether its tracked files have uncommitted changes ('' outside git)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    return git("rev-parse", "--short", "HEAD") + ("+" if git("status", "--porcelain", "--untracked-files=no") else "")
+    return git("rev-parse", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
 
 
-def record(args, suite: str, section: str, figure: str, value, unit: str = "", **extra) -> dict:
-    """Append one figure to ``records/SUITE.jsonl`` (printed instead with ``--no-record`` or ``--smoke``)."""
-    rec = {"suite": suite, "section": section, "figure": figure, "value": value, "unit": unit,
-           "machine": args.machine, "date": dt.date.today().isoformat(), "commit": args.commit,
-           "command": args.command, **extra}
-    line = json.dumps(rec, ensure_ascii=False)
+def record(args, section: str, figure: str, column: str, value, unit: str, **settings) -> dict:
+    """Store one figure in ``--records``/SUITE.jsonl (printed instead with ``--no-record`` or ``--smoke``),
+    replacing the record of the same section, figure, column and machine; ``settings`` are those not in
+    the command; its date is the run's start (``args.date``). The record is validated (records.Record) first."""
+    rec = {"suite": args.suite, "section": section, "figure": figure, "column": column, "value": value, "unit": unit,
+           "machine": args.machine, "date": args.date,
+           "commit": args.commit, "dirty": args.dirty, "command": args.command, **({"settings": settings} if settings else {})}
+    try:
+        Record.model_validate(rec)
+    except ValidationError as e:
+        raise BenchError(f"{section} / {figure} / {column}: not a record ({e.errors()[0]['msg']}: "
+                         f"{e.errors()[0]['loc']})") from None
     if args.no_record or args.smoke:
-        print(line, flush=True)
+        print(json.dumps(rec, ensure_ascii=False), flush=True)
     else:
-        RECORDS.mkdir(exist_ok=True)
-        with open(RECORDS / f"{suite}.jsonl", "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        store(Path(args.records), rec)
     return rec
 
 
-def small_config(args, work: Path, train_lines: int = 2000, valid_lines: int = 100, d_model: int = 32,
-                 layers: int = 1, steps: int = 20, vocab: int = 500, **train) -> Path:
-    """A de-en configuration on a slice of Multi30k with a small model, written into ``work``:
+TINY = {"model": {"d_model": 32, "num_heads": 4, "d_ff": 64, "num_encoder_layers": 1, "num_decoder_layers": 1},
+        "tokenizer": {"vocab_size": 500}}  # the smoke runs' model
+
+
+def tiny_sets() -> list[str]:
+    """:data:`TINY` as ``KEY=VALUE`` settings (``--set`` or attnmt.config.apply_overrides)."""
+    return [f"{section}.{key}={value}" for section, values in TINY.items() for key, value in values.items()]
+
+
+def capped(updates: int) -> list[str]:
+    """The settings that stop a preset after ``updates`` updates, whatever the machine's speed: its
+    time budget (600 minutes) never ends first, and the time-budget schedule fits itself to the cap."""
+    return [f"train.max_steps={updates}", "train.max_minutes=600"]
+
+
+def set_args(settings: list[str]) -> list[str]:
+    """``KEY=VALUE`` settings as ``--set`` arguments."""
+    return [x for item in settings for x in ("--set", item)]
+
+
+def train_log(run_dir: Path) -> list[dict]:
+    """The records of a run's ``train_log.jsonl`` (attnmt train's log), in order."""
+    path = Path(run_dir) / "train_log.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def last(logged: list[dict], kind: str, key: str | None = None):
+    """The last log record of ``kind`` (its ``key`` if given); None when there is none."""
+    found = [r for r in logged if r["kind"] == kind]
+    return (found[-1][key] if key else found[-1]) if found else None
+
+
+def trained(args, config: Path, run_dir: Path, *options, env: dict | None = None, torchrun: bool = False,
+            fresh: bool = False) -> list[dict]:
+    """``attnmt train CONFIG OPTIONS`` into ``run_dir`` (``torchrun``: 2 processes; ``fresh``: from scratch,
+    else resumed, or left as it is when it finished): its log records (:func:`train_log`)."""
+    if fresh:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    done = (Path(run_dir) / "train_log.jsonl").is_file() and last(train_log(run_dir), "done") is not None
+    if not done:
+        resume = ["--resume"] if (Path(run_dir) / "checkpoints" / "last.pt").exists() else []
+        run((torchrun_cmd if torchrun else attnmt)("train", config, "--output", run_dir, "--data-dir", args.data,
+                                                   *options, *resume), env=env)
+    return train_log(run_dir)
+
+
+def small_config(args, work: Path, train_lines: int = 2000, valid_lines: int = 100, steps: int = 20, **train) -> Path:
+    """A de-en configuration of the :data:`TINY` model on a slice of Multi30k, written into ``work``:
     the size of smoke runs and of the slow tests."""
     import yaml
 
@@ -269,9 +355,8 @@ def small_config(args, work: Path, train_lines: int = 2000, valid_lines: int = 1
     config = {
         "data": {"pair": "de-en", "train_src": files["train", "de"], "train_tgt": files["train", "en"],
                  "valid_src": files["val", "de"], "valid_tgt": files["val", "en"]},
-        "tokenizer": {"vocab_size": vocab, "model_type": "unigram"},
-        "model": {"d_model": d_model, "num_heads": 4, "d_ff": 2 * d_model, "num_encoder_layers": layers,
-                  "num_decoder_layers": layers, "dropout": 0.1},
+        "tokenizer": {**TINY["tokenizer"], "model_type": "unigram"},
+        "model": {**TINY["model"], "dropout": 0.1},
         "train": {"batch_tokens": 1500, "max_steps": steps, "valid_every": steps, "log_every": 5, "warmup_steps": 40,
                   "precision": "fp32", "num_threads": 1, "seed": 1, **train},
         "decode": {"max_len_b": 10, "early_stopping": True},
@@ -282,11 +367,10 @@ def small_config(args, work: Path, train_lines: int = 2000, valid_lines: int = 1
 
 
 def smoke_model(args) -> Path:
-    """A de-en model of a few updates for ``--smoke`` runs, trained once into the work folder."""
+    """The :data:`TINY` de-en model of a few updates for ``--smoke`` runs, trained once into the work folder."""
     run_dir = args.work / "smoke" / "model"
     if not (run_dir / "model.safetensors").exists():
-        shutil.rmtree(run_dir, ignore_errors=True)
-        run(attnmt("train", small_config(args, args.work / "smoke"), "--output", run_dir))
+        trained(args, small_config(args, args.work / "smoke"), run_dir, fresh=True)
     return run_dir
 
 

@@ -11,7 +11,7 @@ Three measurements with a trained de->en model directory (``--model``), in one p
 3. Streaming: seconds until the first word of the longest test_2016 sentence is final (as the
    server streams, ``attnmt.serve.stream.WordStream``) against the whole translation's.
 
-Records each figure: ``python -m benchmarks quality --part control --model runs/de-en``.
+Records each figure: ``python -m benchmarks quality --part control --model DIR``.
 """
 
 from __future__ import annotations
@@ -19,14 +19,13 @@ from __future__ import annotations
 import random
 import re
 import time
-from pathlib import Path
 
 from attnmt.data.tokenizers import EOS_ID
 from attnmt.decode.alignment import align_words, word_ids
 from attnmt.decode.translator import Translator
 from attnmt.evaluate import corpus_scores
 from attnmt.serve.stream import WordStream
-from harness import read_lines, record
+from harness import corpus, model_dir, read_lines, record
 
 README_SENTENCE = "Ein Mann fährt mit dem Fahrrad die Straße entlang."
 
@@ -139,26 +138,25 @@ def run(args) -> None:
     if args.smoke:
         args.sentences = 5
     torch.set_num_threads(args.threads)
-    data = Path(args.data) / "multi30k"
-    tr = Translator.from_dir(args.model or "runs/de-en")
-    src = read_lines(data / "test_2016_flickr.de.gz", args.sentences)
-    ref = read_lines(data / "test_2016_flickr.en.gz", args.sentences)
+    tr = Translator.from_dir(model_dir(args.model))
+    test = {lang: read_lines(corpus(args, "test_2016_flickr", lang)) for lang in ("de", "en")}
+    src, ref = test["de"][:args.sentences], test["en"][:args.sentences]
     cons = constraints_figure(tr, src, ref, args.beam_size, args.seed)
-    all_src, all_ref = read_lines(data / "test_2016_flickr.de.gz", 12), read_lines(data / "test_2016_flickr.en.gz", 12)
-    pairs = [(all_src[n - 1], all_ref[n - 1], g) for n, g in GOLD.items()] + [(README_SENTENCE, *README_REFERENCE)]
+    pairs = [(test["de"][n - 1], test["en"][n - 1], g) for n, g in GOLD.items()] + [(README_SENTENCE, *README_REFERENCE)]
     layers = layer_figure(tr, pairs)
-    longest = max(read_lines(data / "test_2016_flickr.de.gz"), key=len)
-    stream = [streaming_figure(tr, longest, k) for k in (1, args.beam_size)]
+    stream = [streaming_figure(tr, max(test["de"], key=len), k) for k in (1, args.beam_size)]
     section = "Terminology constraints"
-    record(args, "quality", section, "phrases present in the output (as tokens / as text)",
-           f"{cons['present_tokens']:.1%} / {cons['present_text']:.1%}", column="with constraints")
+    for column, key in (("as tokens", "present_tokens"), ("as text", "present_text")):
+        record(args, section, "phrases present in the output", column, round(cons[key], 3), "share",
+               phrases=cons["phrases"], sentences=cons["sentences"])
     for column, kind in (("without constraints", "plain"), ("with constraints", "constrained")):
-        record(args, "quality", section, f"sacreBLEU ({cons['sentences']} sentences)", round(cons[f"bleu_{kind}"], 2),
-               column=column)
-        record(args, "quality", section, f"decode seconds ({cons['sentences']} sentences, {args.threads} threads)",
-               cons[f"seconds_{kind}"], column=column)
+        record(args, section, "sacreBLEU", column, round(cons[f"bleu_{kind}"], 2), "BLEU", sentences=cons["sentences"])
+        record(args, section, "decode s", column, cons[f"seconds_{kind}"], "s", sentences=cons["sentences"],
+               threads=args.threads)
     for layer, share in layers["accuracy_by_layer"].items():
-        record(args, "quality", "Word alignment layer", "gold links hit", f"{share:.1%}", column=f"layer {layer}")
+        record(args, "Word alignment layer", "gold links hit", f"layer {layer}", share, "share", links=layers["links"])
     for r in stream:
-        record(args, "quality", "Streaming: first word", "first word s / whole translation s",
-               f"{r['first_word_s']} / {r['total_s']}", column="greedy" if r["beam_size"] == 1 else f"beam {r['beam_size']}")
+        column = "greedy" if r["beam_size"] == 1 else f"beam {r['beam_size']}"
+        if r["first_word_s"] is not None:
+            record(args, "Streaming: first word", "first word s", column, r["first_word_s"], "s", words=r["words"])
+        record(args, "Streaming: first word", "whole translation s", column, r["total_s"], "s", words=r["words"])

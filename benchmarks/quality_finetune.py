@@ -18,8 +18,7 @@ import yaml
 from attnmt.config import apply_overrides
 import harness as h
 
-REPO = Path(__file__).resolve().parents[1]
-PRESET = REPO / "configs" / "multi30k_de_en.yaml"
+PRESET = h.ROOT / "configs" / "multi30k_de_en.yaml"
 
 
 def split_halves(data: Path, work: Path, seed: int, limit: int | None = None) -> dict[str, tuple[Path, Path]]:
@@ -46,10 +45,11 @@ def config(half: tuple[Path, Path], data: Path, args, updates: int, lr: float, w
                    "valid_src": str(data / "multi30k" / "val.de.gz"), "valid_tgt": str(data / "multi30k" / "val.en.gz"),
                    "max_len": cfg["data"]["max_len"]}
     train = cfg["train"]
-    for key in ("max_minutes", "warmup_fraction", "budget_decay", "schedule"):
+    for key in ("warmup_fraction", "budget_decay", "schedule"):
         train.pop(key, None)
-    train.update(schedule="inverse_sqrt", lr=lr, warmup_steps=warmup, max_steps=updates, batch_tokens=args.batch_tokens,
+    train.update(schedule="inverse_sqrt", lr=lr, warmup_steps=warmup, batch_tokens=args.batch_tokens,
                  valid_every=args.valid_every, average_last=0, log_every=50)
+    cfg = apply_overrides(cfg, h.capped(updates))
     if init_from is not None:
         train["init_from"] = str(init_from)
         # the model and tokenizer sections are the starting model's (train.init_from inherits them)
@@ -88,14 +88,8 @@ def add_arguments(p) -> None:
                         "inherits model and tokenizer keys); recipes: the recipe's keys")
 
 
-SMOKE = ["model.d_model=32", "model.d_ff=64", "model.num_heads=4", "model.num_encoder_layers=1",
-         "model.num_decoder_layers=1", "tokenizer.vocab_size=500", "data.valid_max_sentences=20", "train.num_threads=1"]
-
-
 def run(args) -> None:
     """The three runs, each recorded: updates, training minutes, test BLEU and chrF."""
-    if args.smoke:
-        args.updates, args.valid_every, args.batch_tokens, args.set = 4, 2, 1000, SMOKE
     data = Path(args.data)
     work = args.work / ("smoke" if args.smoke else "quality") / "finetune"
     if args.smoke:
@@ -110,6 +104,6 @@ def run(args) -> None:
     ft = train_and_score("A then B (fine-tuned)", ft_config, work, data)
     b = train_and_score("B alone", config(halves["B"], data, args, args.updates, args.lr, args.warmup), work, data)
     for row in (a, ft, b):
-        for column, key in (("updates", "updates"), ("training minutes", "train_minutes"), ("test BLEU", "test_bleu"),
-                            ("test chrF", "test_chrf")):
-            h.record(args, "quality", "Fine-tuning: Multi30k de->en in two halves", row["run"], row[key], column=column)
+        for column, key, unit in (("updates", "updates", "updates"), ("training minutes", "train_minutes", "min"),
+                                  ("test BLEU", "test_bleu", "BLEU"), ("test chrF", "test_chrf", "chrF")):
+            h.record(args, "Fine-tuning: Multi30k de->en in two halves", row["run"], column, row[key], unit)

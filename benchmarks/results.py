@@ -1,79 +1,73 @@
-"""RESULTS.md from the records: ``python -m benchmarks report``.
+"""RESULTS.md from the records: ``python -m benchmarks report [--check]``.
 
-Every suite appends one JSON line per figure to ``records/SUITE.jsonl``. A record holds its section
-(a ``##`` heading of RESULTS.md), its figure (the table's row), its column, its value and unit, the
-machine the harness measured, the date, the commit and the command that reproduces it (and, where
-the figure was measured with an older command line, that one as ``measured_with``).
-``records/sections.json`` gives the sections' order and one-line intros; ``records/notes.md``
-(findings of single investigations) is copied below the tables. A later record of the same
-section, figure, column and machine replaces an earlier one; older figures live in git history.
+Every section of ``records/sections.json`` (its order, one-line intro, the name of its rows' column
+and the command that measures it) becomes a ``##`` heading with one table of its records (records.py):
+a row per figure, machine and command, a column per record column (its unit in the heading), then the
+machine, the date, the commit (marked "dirty" where the tree had uncommitted changes) and the command.
+A section without records keeps its heading and says which command measures it, so that links to it
+stay valid. ``records/notes.md`` (findings of single investigations) follows the tables.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
-from harness import RECORDS, machine_label
+from harness import HERE
+from records import Record, load, machine_label, renamed
+
+RECORDS = HERE / "records"
+RESULTS = HERE / "RESULTS.md"
 
 HEADER = ("# Results\n\nThe current figure of each measurement, built by `python -m benchmarks report` from "
-          "`benchmarks/records/*.jsonl` (figures are never typed here by hand). Run the commands from the repository "
-          "root with `ATTNMT_DATA` naming the folder that holds `multi30k/`. Machines had 2 cores and 2 threads "
-          "per run unless a row says otherwise; \"shared\" marks a machine other jobs loaded meanwhile (compare "
-          "within a row, not across). Earlier figures are in the git history of this file.\n")
+          "`benchmarks/records/*.jsonl`: every figure is what its command printed at the commit named, on the "
+          "machine named (figures are never typed here by hand). Run the commands from the repository root with "
+          "`ATTNMT_DATA` naming the folder that holds `multi30k/`; a rerun on the same machine replaces its row. "
+          "Machines had 2 cores and 2 threads per run unless a row says otherwise. Earlier figures are in the git "
+          "history of the records.\n")
 
 
-def load(folder: Path = RECORDS) -> list[dict]:
-    """Every record of every ``*.jsonl`` file, the later replacing the earlier of the same cell."""
-    cells: dict = {}
-    for path in sorted(folder.glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                key = (rec["section"], rec["figure"], rec.get("column", ""), machine_label(rec["machine"]))
-                cells.pop(key, None)
-                cells[key] = rec
-    return list(cells.values())
+def cell(value) -> str:
+    """A value as a table cell: numbers with thousands separators, lists comma-separated."""
+    if isinstance(value, list):
+        return ", ".join(cell(v) for v in value)
+    return f"{value:,}"
 
 
-def cell(rec: dict) -> str:
-    """A record's value as a table cell: numbers with thousands separators, then the unit."""
-    value = rec["value"]
-    if isinstance(value, float):
-        value = f"{value:,.2f}"
-    elif isinstance(value, int):
-        value = f"{value:,}"
-    return f"{value} {rec['unit']}".strip() if rec.get("unit") else str(value)
+def heading(column: str, units: set[str]) -> str:
+    """A column's heading: its name, and its unit where the name does not say it."""
+    unit = next(iter(units)) if len(units) == 1 else ""
+    said = any(word == unit or (len(unit) > 2 and word.startswith(unit)) for word in column.split())
+    return column if not unit or said else f"{column} ({unit})"
 
 
-def cpu(rec: dict) -> str:
-    """The CPU column: the machine's label, its note, and 'shared' where others loaded it."""
-    parts = [machine_label(rec["machine"]), rec.get("machine_note", "")]
-    return ", ".join(p for p in parts if p) + (", shared" if rec.get("shared") else "")
-
-
-def table(recs: list[dict], first: str = "figure") -> list[str]:
-    """One Markdown table: a row per (figure, machine, date, command), a column per record column;
-    ``first`` heads the rows' column."""
-    columns = list(dict.fromkeys(r.get("column") or "value" for r in recs))
+def table(recs: list[Record], first: str = "figure") -> list[str]:
+    """One Markdown table: a row per (figure, machine, date, commit, command), a column per record column."""
+    units: dict[str, set[str]] = {}
+    for r in recs:
+        units.setdefault(r.column, set()).add(r.unit)
     rows: dict = {}
     for r in recs:
-        rows.setdefault((r["figure"], cpu(r), r["date"], r["command"]), {})[r.get("column") or "value"] = cell(r)
-    out = [f"| {first} | " + " | ".join(columns) + " | CPU | date | command |",
-           "| --- | " + " | ".join("---" for _ in columns) + " | --- | --- | --- |"]
+        commit = r.commit[:9] + (" (dirty)" if r.dirty else "")
+        row = rows.setdefault((r.figure, machine_label(r.machine.model_dump()), r.date[:10], commit, r.command), {})
+        row[r.column] = cell(r.value) + ("" if len(units[r.column]) == 1 else f" {r.unit}")
+    out = [f"| {first} | " + " | ".join(heading(c, units[c]) for c in units) + " | CPU | date | commit | command |",
+           "| --- | " + " | ".join("---" for _ in units) + " | --- | --- | --- | --- |"]
     previous = None
-    for (figure, machine, date, command), values in rows.items():
+    for (figure, machine, date, commit, command), values in rows.items():
         shown = "the same" if command == previous else f"`{command}`"
         previous = command
-        out.append(f"| {figure} | " + " | ".join(values.get(c, "-") for c in columns) + f" | {machine} | {date} | {shown} |")
+        out.append(f"| {figure} | " + " | ".join(values.get(c, "-") for c in units)
+                   + f" | {machine} | {date} | {commit} | {shown} |")
     return out
 
 
-def machines(recs: list[dict]) -> list[str]:
+def machines(recs: list[Record]) -> list[str]:
     """The machines the tables name, each as the harness described it."""
     seen = {}
     for r in recs:
-        m = r["machine"]
+        m = r.machine.model_dump()
         seen.setdefault(machine_label(m), m)
     out = ["Machines:"]
     for label, m in seen.items():
@@ -83,31 +77,45 @@ def machines(recs: list[dict]) -> list[str]:
     return out + [""]
 
 
-def render(recs: list[dict], folder: Path = RECORDS) -> str:
+def render(recs: list[Record], folder: Path) -> str:
     """RESULTS.md's text: the header, each section's intro and table in ``sections.json``'s order, the notes."""
-    sections = json.loads((folder / "sections.json").read_text(encoding="utf-8"))
+    def own(name: str) -> Path:  # a records folder without its own sections or notes: the committed ones
+        return folder / name if (folder / name).exists() else RECORDS / name
+    sections = json.loads(own("sections.json").read_text(encoding="utf-8"))
     lines = [HEADER] + machines(recs)
     known = {s["title"] for s in sections}
-    for extra in dict.fromkeys(r["section"] for r in recs if r["section"] not in known):
+    for extra in dict.fromkeys(r.section for r in recs if r.section not in known):
         sections.append({"title": extra, "intro": ""})
     for s in sections:
-        mine = [r for r in recs if r["section"] == s["title"]]
-        if not mine:
-            continue
-        lines += [f"## {s['title']}"] + ([s["intro"], ""] if s["intro"] else []) + table(mine, s.get("row", "figure")) + [""]
-    notes = folder / "notes.md"
+        mine = [r for r in recs if r.section == s["title"]]
+        lines += [f"## {s['title']}"] + ([s["intro"], ""] if s["intro"] else [])
+        if mine:
+            lines += table(mine, s.get("row", "figure")) + [""]
+        else:
+            lines += [f"No current record: `{s['command']}` measures it.", ""]
+    notes = own("notes.md")
     if notes.exists():
         lines.append(notes.read_text(encoding="utf-8").rstrip() + "\n")
     return "\n".join(lines)
 
 
 def report(args) -> None:
-    """Write RESULTS.md (or print it with ``--check``: exit 1 when the file differs from the records)."""
-    text = render(load())
-    target = Path(__file__).resolve().parent / "RESULTS.md"
-    if getattr(args, "check", False):
-        if target.read_text(encoding="utf-8") != text:
-            raise SystemExit("RESULTS.md differs from the records: run python -m benchmarks report")
+    """Write RESULTS.md (``--output``) from ``--records`` (``--check``: exit 1 when the file differs from the records, or
+    two records of one table differ only in a name).
+
+    Raises:
+        records.RecordError: a torn or invalid record (one line each, naming the file and line).
+    """
+    recs = load(args.records)
+    text = render(recs, args.records)
+    if args.check:
+        problems = renamed(recs)
+        if Path(args.output).read_text(encoding="utf-8") != text:
+            problems.append("RESULTS.md differs from the records: run python -m benchmarks report")
+        for problem in problems:
+            print(f"python -m benchmarks report: {problem}", file=sys.stderr)
+        if problems:
+            sys.exit(1)
         return
-    target.write_text(text, encoding="utf-8")
-    print(f"wrote {target} ({len(text.splitlines())} lines)")
+    Path(args.output).write_text(text, encoding="utf-8")
+    print(f"wrote {args.output} ({len(text.splitlines())} lines)")

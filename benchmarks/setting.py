@@ -16,10 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import read_lines, write_lines
+from harness import HERE, read_lines, write_lines
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 TOOLKITS = ("attnmt", "attnmt-bf16", "joeynmt", "onmt")
 MAX_OUTPUT = 100  # OpenNMT-py/CTranslate2 output cap (subwords); attnmt: 1.5 S + 10, JoeyNMT: 1.5 S
 LABEL = {"attnmt": "attnmt", "attnmt-bf16": "attnmt (bf16 autocast)", "joeynmt": "JoeyNMT 2.3.0",

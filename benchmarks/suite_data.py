@@ -28,11 +28,10 @@ from pathlib import Path
 
 import harness as h
 
-SUITE = "data"
-REPO = h.ROOT
 RUNS = ("prepared", "prepared_same", "torchrun", "text", "base")
-SMOKE = {"model": {"d_model": 32, "d_ff": 64, "num_heads": 4, "num_encoder_layers": 1, "num_decoder_layers": 1},
-         "tokenizer": {"vocab_size": 500}}
+PARTS = {"corpora": ["--part", "corpora"], "simulate": ["--part", "simulate"]}
+SMOKE = {"ks": [1], "repeats": 1, "sizes": [20000], "skip": ["prepared_same", "torchrun", "text", "base"]}
+MODELS = ()
 
 
 def add_arguments(p) -> None:
@@ -64,18 +63,17 @@ def write_corpus(data_dir: Path, k: int, out: Path, limit: int | None = None) ->
 
 
 def write_config(path: Path, data: dict, max_sentences: int | None, updates: int = 2, smoke: bool = False) -> Path:
-    """The de-en preset's model (d_model 256, 3+3 layers, 8k joint vocabulary; tiny with ``smoke``)
-    for ``updates`` updates, no validation set."""
+    """The de-en preset's model (d_model 256, 3+3 layers, 8k joint vocabulary; harness.TINY with ``smoke``)
+    for ``updates`` updates (harness.capped), no validation set."""
     import yaml
+    from attnmt.config import apply_overrides
 
-    config = yaml.safe_load((REPO / "configs" / "multi30k_de_en.yaml").read_text())
+    config = yaml.safe_load((h.ROOT / "configs" / "multi30k_de_en.yaml").read_text())
     config["data"] = dict(data, max_len=100)
     for key in ("budget_decay", "warmup_fraction", "lr"):  # time_budget's settings
         config["train"].pop(key, None)
-    config["train"].update(max_steps=updates, max_minutes=None, schedule="noam", log_every=1, valid_every=1000,
-                           average_last=0, device="cpu")
-    for section, values in (SMOKE.items() if smoke else ()):
-        config[section].update(values)
+    config["train"].update(schedule="noam", log_every=1, valid_every=1000, average_last=0, device="cpu")
+    config = apply_overrides(config, h.capped(updates) + (h.tiny_sets() if smoke else []))
     if max_sentences:
         config["tokenizer"]["max_sentences"] = max_sentences
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -86,12 +84,11 @@ def write_config(path: Path, data: dict, max_sentences: int | None, updates: int
 def measured(cmd: list, run_dir: Path | None = None, env: dict | None = None) -> dict:
     """One process tree: wall s, peak summed PSS MiB, each process's peak RSS MiB (largest first), and
     the seconds of the first update from ``run_dir``'s log."""
-    p = h.run(["nice", "-n", "5", *cmd], env=dict(env or {}, PYTHONUNBUFFERED="1"), cwd=REPO, pss=True)
+    p = h.run(["nice", "-n", "5", *cmd], env=dict(env or {}, PYTHONUNBUFFERED="1"), cwd=h.ROOT, pss=True)
     out = {"seconds": round(p.seconds, 1), "tree_pss_mib": round(p.memory.pss / 2**20),
            "rss_mib": sorted((round(v / 2**20) for v in p.memory.each.values()), reverse=True)}
     if run_dir is not None:
-        logged = [json.loads(x) for x in (run_dir / "train_log.jsonl").read_text().splitlines()]
-        out["first_update_s"] = next((r["seconds"] for r in logged if r["kind"] == "train"), None)
+        out["first_update_s"] = next((r["seconds"] for r in h.train_log(run_dir) if r["kind"] == "train"), None)
     return out
 
 
@@ -119,7 +116,7 @@ def corpora(args) -> None:
     """Prepare and train at each K."""
     section = "Large corpora"
     for k in args.ks:
-        work = args.work / SUITE / f"k{k}"
+        work = args.work / args.suite / f"k{k}"
         src, tgt, pairs = write_corpus(args.data, k, work / "corpus", 2000 if args.smoke else None)
         text = write_config(work / "text.yaml", {"train_src": str(src), "train_tgt": str(tgt)}, args.max_sentences,
                             args.updates, args.smoke)
@@ -129,16 +126,16 @@ def corpora(args) -> None:
             shutil.rmtree(prepared, ignore_errors=True)
             m = measured(h.attnmt("prepare", text, "--output", prepared, "--workers", args.workers))
             size = sum(f.stat().st_size for f in prepared.iterdir())
-            for figure, value in (("prepare: pairs/s, whole command (SentencePiece alone, 1 core)",
-                                   f"{pairs / m['seconds']:,.0f} ({encoding_ceiling(prepared, src, tgt):,})"),
-                                  ("prepare: peak memory MiB, all processes (PSS)", m["tree_pss_mib"]),
-                                  ("prepare: disk MB per million pairs", round(size / pairs, 1))):
-                h.record(args, SUITE, section, figure, value, column=column)
+            for figure, value, unit in (("prepare: pairs/s, whole command", round(pairs / m["seconds"]), "pairs/s"),
+                                        ("SentencePiece alone, 1 core", encoding_ceiling(prepared, src, tgt), "pairs/s"),
+                                        ("prepare: peak memory, all processes (PSS)", m["tree_pss_mib"], "MiB"),
+                                        ("prepare: disk per million pairs", round(size / pairs, 1), "MB")):
+                h.record(args, section, figure, column, value, unit, workers=args.workers)
         config = write_config(work / "prepared.yaml", {"prepared": str(prepared)}, args.max_sentences, args.updates,
                               args.smoke)
         runs = {"prepared": (h.attnmt("train", config), {}),
                 "prepared_same": (h.attnmt("train", config, "--set", "train.accum_steps=2"), {}),
-                "torchrun": (h.torchrun("train", config), {"OMP_NUM_THREADS": "1"}),
+                "torchrun": (h.torchrun_cmd("train", config), {"OMP_NUM_THREADS": "1"}),
                 "text": (h.attnmt("train", text), {})}
         if args.base_src:
             runs["base"] = (h.attnmt("train", text), {"PYTHONPATH": str(Path(args.base_src).resolve())})
@@ -150,10 +147,12 @@ def corpora(args) -> None:
                 shutil.rmtree(run_dir, ignore_errors=True)
                 tries.append(measured(cmd + ["--output", run_dir], run_dir, env))
             m = median_run(tries)
-            h.record(args, SUITE, section, f"train ({name}), {args.updates} updates: wall s (first update s), peak RSS "
-                     f"MiB of each process, median of {len(tries)}", f"{m['seconds']} ({m['first_update_s']}), "
-                     + " / ".join(map(str, m["rss_mib"][:2 if name == "torchrun" else 1])), column=column,
-                     runs_rss_mib=m["runs_rss_mib"])
+            for figure, value, unit in ((f"train ({name}): wall s", m["seconds"], "s"),
+                                        (f"train ({name}): first update s", m["first_update_s"], "s"),
+                                        (f"train ({name}): peak RSS of each process",
+                                         m["rss_mib"][:2 if name == "torchrun" else 1], "MiB")):
+                h.record(args, section, figure, column, value, unit, updates=args.updates, median_of=len(tries),
+                         runs_rss_mib=m["runs_rss_mib"])
 
 
 def plan_process(directory: str, rank: int, world: int) -> dict:
@@ -213,7 +212,8 @@ def simulate(args) -> None:
     """Open, plan and train on simulated corpora of each size."""
     import numpy as np
 
-    section, work = "Large corpora: 100 million simulated pairs", args.work / SUITE / "simulate"
+    section = "Large corpora: 100 million simulated pairs"
+    work = args.work / args.suite / "simulate"
     source = work / "multi30k"
     if not (source / "manifest.json").is_file():
         config = write_config(work / "multi30k.yaml", {"train_src": str(h.corpus(args, "train", "de")),
@@ -226,9 +226,9 @@ def simulate(args) -> None:
         if not (prepared / "manifest.json").is_file():
             write_simulated(prepared, pairs, lengths, source)
         files = [f.stat() for f in prepared.iterdir()]
-        h.record(args, SUITE, section, "disk MB (apparent, sparse token files)",
-                 f"{sum(s.st_blocks * 512 for s in files) / 1e6:.1f} ({sum(s.st_size for s in files) / 1e6:.1f})",
-                 column=column)
+        h.record(args, section, "disk, sparse token files", column, round(sum(s.st_blocks * 512 for s in files) / 1e6, 1),
+                 "MB")
+        h.record(args, section, "disk, apparent size", column, round(sum(s.st_size for s in files) / 1e6, 1), "MB")
         code = f"import sys, json; sys.path.insert(0, {str(h.HERE)!r}); import suite_data as d; " \
                f"print(json.dumps(d.plan_process({str(prepared)!r}, int(sys.argv[1]), int(sys.argv[2]))))"
         for world in (1, 2):
@@ -237,23 +237,25 @@ def simulate(args) -> None:
             procs = [subprocess.Popen([sys.executable, "-c", code, str(r), str(world)], stdout=subprocess.PIPE, text=True)
                      for r in range(world)]
             plans = [json.loads(p.communicate()[0]) for p in procs]
-            h.record(args, SUITE, section, f"plan an epoch, {world} rank(s) at once: s (peak RSS MiB) each; share MiB",
-                     ", ".join(f"{p['plan_s']} ({p['plan_peak_mib']})" for p in plans) + f"; {plans[0]['share_mib']}",
-                     column=column, plans=plans)
+            for figure, value, unit in (
+                    (f"plan an epoch, {world} rank(s) at once: s each", [p["plan_s"] for p in plans], "s"),
+                    (f"plan an epoch, {world} rank(s) at once: peak RSS each", [p["plan_peak_mib"] for p in plans], "MiB"),
+                    (f"plan an epoch, {world} rank(s) at once: a rank's share", plans[0]["share_mib"], "MiB")):
+                h.record(args, section, figure, column, value, unit, plans=plans)
         config = write_config(work / f"n{pairs}" / "prepared.yaml", {"prepared": str(prepared)}, None, args.updates,
                               args.smoke)
         for name, cmd, env in (("train", h.attnmt("train", config), {}),
-                               ("torchrun", h.torchrun("train", config), {"OMP_NUM_THREADS": "1"})):
+                               ("torchrun", h.torchrun_cmd("train", config), {"OMP_NUM_THREADS": "1"})):
             if name in args.skip:
                 continue
             run_dir = work / f"n{pairs}" / f"run_{name}"
             shutil.rmtree(run_dir, ignore_errors=True)
             m = measured(cmd + ["--output", run_dir], run_dir, env)
-            h.record(args, SUITE, section, f"{name}: first update s, wall s, peak RSS MiB of each process",
-                     f"{m['first_update_s']}, {m['seconds']}, " + " / ".join(map(str, m["rss_mib"][:2])), column=column)
+            for figure, value, unit in ((f"{name}: first update s", m["first_update_s"], "s"),
+                                        (f"{name}: wall s", m["seconds"], "s"),
+                                        (f"{name}: peak RSS of each process", m["rss_mib"][:2], "MiB")):
+                h.record(args, section, figure, column, value, unit, updates=args.updates)
 
 
 def run(args) -> None:
-    if args.smoke:
-        args.ks, args.repeats, args.sizes, args.skip = [1], 1, [20000], ["prepared_same", "torchrun", "text", "base"]
     (corpora if args.part == "corpora" else simulate)(args)

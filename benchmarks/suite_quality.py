@@ -33,14 +33,20 @@ import harness as h
 import quality_control
 import quality_finetune
 
-SUITE = "quality"
 PRESETS = ("multi30k_de_en", "multi30k_en_de", "multi30k_en_fr", "tutorial_word_de_en", "prenorm_frozen_de_en",
            "spm_base_fr_en", "paper_base_de_en")
-PARTS = ("presets", "multilingual", "distill", "fast", "recipes", "finetune", "control")
+PARTS = {name: ["--part", name] for name in ("presets", "multilingual", "distill", "fast", "recipes", "finetune",
+                                             "control")}
+SMOKE = {"limit": 8, "repeat": 1, "rounds": 1, "beams": "1,2", "alphas": "1.0", "inference_precisions": "fp32,int8",
+         "caps": "8,0", "runs": lambda args: args.work / "smoke", "sentences": 5, "updates": 4, "valid_every": 2,
+         "batch_tokens": 1000, "set": h.tiny_sets() + ["data.valid_max_sentences=20", "train.num_threads=1"],
+         **{name: h.smoke_model for name in ("model", "teacher", "student", "default", "fast")}}
+MODELS = ("model", "teacher", "student", "baseline", "default", "fast")
+PRECISION = {"fp32": "float32", "bf16": "bf16", "int8": "int8 linear layers"}
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--part", choices=PARTS, help="one part (default with --smoke: all)")
+    p.add_argument("--part", choices=PARTS, default="presets")
     p.add_argument("--presets", default=",".join(PRESETS), help="presets: comma-separated names of configs/NAME.yaml")
     p.add_argument("--runs", type=Path, default=h.WORK / "presets",
                    help="where the presets' runs go (a model option naming configs/NAME.yaml is trained into NAME)")
@@ -75,59 +81,61 @@ def test_files(args, out: Path, repeat: int = 1) -> tuple[Path, Path, Path]:
             h.write_lines(out / "test_x.de", src * repeat))
 
 
-def trained(args, config: Path, run_dir: Path, *options) -> dict:
-    """Train (or resume) ``config`` with ``attnmt train`` ``options`` into ``run_dir`` unless done; its "done" record."""
+def preset(args, config: Path, run_dir: Path, *options) -> dict:
+    """Train (or resume) ``config`` with ``options`` into ``run_dir`` unless it finished, its word vectors
+    first where it names them (``attnmt train-vectors``): its "done" log record."""
     from attnmt.config import load_config
 
     cfg = load_config(config)
     for side, path in (("src", cfg.model.src_vectors), ("tgt", cfg.model.tgt_vectors)):
         if path and not (h.ROOT / path).exists():
             h.run(h.attnmt("train-vectors", config, "--side", side, "--output", path, "--data-dir", args.data))
-    log = run_dir / "train_log.jsonl"
-    if not (log.exists() and '"kind": "done"' in log.read_text()):
-        resume = ["--resume"] if (run_dir / "checkpoints" / "last.pt").exists() else []
-        h.run(h.attnmt("train", config, "--output", run_dir, "--data-dir", args.data, *options, *resume))
-    return next(r for r in map(json.loads, reversed(log.read_text().splitlines())) if r["kind"] == "done")
+    return h.last(h.trained(args, config, run_dir, *options), "done")
 
 
 def model_of(args, path: Path | None) -> Path | None:
     """``path``, or for a preset's config (``configs/NAME.yaml``) its run ``--runs``/NAME, trained first."""
     if path is None or path.suffix != ".yaml":
         return path
-    trained(args, path, args.runs / path.stem)
+    preset(args, path, args.runs / path.stem)
     return args.runs / path.stem
+
+
+def scores(args, section: str, figure: str, s: dict, prefix: str = "", **settings) -> None:
+    """Record BLEU and chrF of ``s`` (attnmt evaluate's or corpus_scores' dict) as two columns."""
+    for name, unit in (("bleu", "BLEU"), ("chrf", "chrF")):
+        h.record(args, section, figure, f"{prefix}test {unit}", round(s[name], 2), unit, **settings)
 
 
 def presets(args) -> None:
     """Train (or resume) and test each preset."""
     from attnmt.config import load_config
 
+    section = "Translation quality, the presets"
     for name in ["smoke"] if args.smoke else args.presets.split(","):
         config = h.ROOT / "configs" / f"{name}.yaml"
         run_dir = args.runs / name
         if args.smoke:
-            config, run_dir = h.small_config(args, args.work / "smoke" / "preset"), args.work / "smoke" / "preset-run"
+            config = h.small_config(args, args.work / "smoke" / "preset")
+            run_dir = args.work / "smoke" / "preset-run"
         cfg = load_config(config)
         src, tgt = cfg.data.pair.split("-") if cfg.data.pair else ("de", "en")
-        done = trained(args, config, run_dir)
+        done = preset(args, config, run_dir)
         test = [h.write_lines(run_dir / f"test.{x}", h.read_lines(h.corpus(args, "test_2016_flickr", x), args.limit))
                 for x in (src, tgt)]
-        scores = h.evaluate(run_dir, *test)
+        result = h.evaluate(run_dir, *test)
         figure = f"{name} ({done.get('precision')})"
-        h.record(args, SUITE, "Translation quality, the presets", figure,
-                 f"{scores['bleu']:.2f} / {scores['chrf']:.2f}", column="attnmt test BLEU / chrF")
-        h.record(args, SUITE, "Translation quality, the presets", figure, f"{done['steps']:,}, {done['minutes']:.0f}",
-                 column="updates, minutes")
-        if "bleu_tokenized" in scores:
+        scores(args, section, figure, result)
+        h.record(args, section, figure, "updates", done["steps"], "updates")
+        h.record(args, section, figure, "minutes", round(done["minutes"]), "min")
+        if "bleu_tokenized" in result:
             p = h.run(h.attnmt("score", "--model", run_dir, "--src", test[0], "--tgt", test[1], "--format", "jsonl"))
-            ppl = json.loads(p.output.strip().splitlines()[-1])["perplexity"]
-            h.record(args, SUITE, "Translation quality, the presets", figure,
-                     f"{scores['bleu_tokenized']:.2f}, test perplexity {ppl:.2f}", column="word-token BLEU")
+            h.record(args, section, figure, "word-token BLEU", round(result["bleu_tokenized"], 2), "BLEU")
+            h.record(args, section, figure, "test perplexity", round(json.loads(p.output.strip().splitlines()[-1])
+                                                                     ["perplexity"], 2), "perplexity")
         for precision in filter(None, args.inference_precisions.split(",")):  # the same model at each precision
-            scores = h.evaluate(run_dir, *test, "--precision", precision, "--device", "cpu")
-            h.record(args, SUITE, "Inference precision", f"{figure}: test BLEU (chrF)",
-                     f"{scores['bleu']:.2f} ({scores['chrf']:.2f})",
-                     column={"fp32": "float32", "int8": "int8 linear layers"}.get(precision, precision))
+            result = h.evaluate(run_dir, *test, "--precision", precision, "--device", "cpu")
+            scores(args, "Inference precision", f"{figure}, {PRECISION.get(precision, precision)}", result)
 
 
 def multilingual(args) -> None:
@@ -136,7 +144,7 @@ def multilingual(args) -> None:
     from attnmt.evaluate import corpus_scores
     from attnmt.languages import corpus_directions, served_languages
 
-    tr = Translator.from_dir(args.model)
+    tr = Translator.from_dir(h.model_dir(args.model))
     sources, targets = served_languages(tr.config)
     if len(targets) == 1:
         return many_to_one(args, tr, sources, targets[0])
@@ -145,21 +153,18 @@ def multilingual(args) -> None:
     trained = {d for d in corpus_directions(tr.config) if None not in d}
     bilingual = dict(item.split("=", 1) for item in args.bilingual)
 
-    def scored(hyps: list[str], tgt: str) -> str:
-        s = corpus_scores(hyps, text[tgt])
-        return f"{s['bleu']:.2f} / {s['chrf']:.2f}"
-
+    section = "One model for six directions: the multilingual preset"
     for src in (x for x in langs if x in sources):
         for tgt in (x for x in langs if x in targets and x != src):
-            cell = scored([t.text for t in tr.translate(text[src], tgt_lang=tgt)], tgt)
+            rows = {"": [t.text for t in tr.translate(text[src], tgt_lang=tgt)]}
             if (src, tgt) not in trained and "en" not in (src, tgt) and "en" in targets:
                 english = [t.text for t in tr.translate(text[src], tgt_lang="en")]
-                cell += f" (zero-shot; pivot via en {scored([t.text for t in tr.translate(english, tgt_lang=tgt)], tgt)})"
+                rows["pivot via en, "] = [t.text for t in tr.translate(english, tgt_lang=tgt)]
             if f"{src}-{tgt}" in bilingual:
-                other = Translator.from_dir(bilingual[f"{src}-{tgt}"])
-                cell += f" (bilingual {scored([t.text for t in other.translate(text[src])], tgt)})"
-            h.record(args, SUITE, "One model for six directions: the multilingual preset", src, cell,
-                     column=f"into {tgt}", sentences=len(text[src]))
+                rows["bilingual, "] = [t.text for t in Translator.from_dir(bilingual[f"{src}-{tgt}"]).translate(text[src])]
+            for prefix, hyps in rows.items():
+                scores(args, section, f"{src}->{tgt}", corpus_scores(hyps, text[tgt]), prefix,
+                       sentences=len(text[src]), zero_shot=(src, tgt) not in trained)
 
 
 def many_to_one(args, tr, sources: list[str], tgt: str) -> None:
@@ -170,17 +175,18 @@ def many_to_one(args, tr, sources: list[str], tgt: str) -> None:
 
     bilingual, ref = dict(i.split("=", 1) for i in args.bilingual), h.read_lines(h.corpus(args, "test_2016_flickr", tgt))
 
-    def cell(model, run_dir: Path, src: str) -> str:
-        s = corpus_scores([t.text for t in model.translate(h.read_lines(h.corpus(args, "test_2016_flickr", src)))], ref)
-        log = Path(run_dir) / "train_log.jsonl"
-        done = [json.loads(x) for x in log.read_text().splitlines() if '"kind": "done"' in x] if log.is_file() else []
-        trained = f" ({done[-1]['steps']:,} updates, {done[-1]['minutes']:.0f} min)" if done else ""
-        return f"{s['bleu']:.2f} / {s['chrf']:.2f}{trained}"
+    section = "Many to English: one model with a low-resource direction"
     for src in sources:
         for name, run_dir, model in (("one model", args.model, tr), ("bilingual", bilingual.get(f"{src}-{tgt}"), None)):
-            if run_dir:
-                h.record(args, SUITE, "Many to English: one model with a low-resource direction", f"{src}->{tgt}",
-                         cell(model or Translator.from_dir(run_dir), run_dir, src), column=f"{name}: test BLEU / chrF")
+            if not run_dir:
+                continue
+            model = model or Translator.from_dir(run_dir)
+            hyps = [t.text for t in model.translate(h.read_lines(h.corpus(args, "test_2016_flickr", src)))]
+            scores(args, section, f"{src}->{tgt}", corpus_scores(hyps, ref), f"{name}: ")
+            done = h.last(h.train_log(run_dir), "done") if (Path(run_dir) / "train_log.jsonl").is_file() else None
+            if done:
+                h.record(args, section, f"{src}->{tgt}", f"{name}: updates", done["steps"], "updates")
+                h.record(args, section, f"{src}->{tgt}", f"{name}: training minutes", round(done["minutes"]), "min")
 
 
 def site_bytes(site: Path) -> tuple[int, int]:
@@ -196,33 +202,33 @@ def timed(args, rows: dict, src: Path, ref: Path, out: Path) -> dict:
         return lambda: h.translate(model, src, out / f"{abs(hash(name))}.hyp", beam=beam, **options)
     best = h.alternate({name: job(name) for name in rows}, args.rounds)
     for res in best.values():
-        res["bleu"] = h.bleu(res["output"], ref)[0]
+        res["bleu"] = h.bleu(res["output"], ref)["bleu"]
     return best
 
 
 def distill(args) -> None:
     """A distilled student against its teacher: quality, speed, size."""
     section = "Distillation: de-en teacher and student"
-    out = args.work / SUITE / "distill"
+    out = args.work / args.suite / "distill"
     src, ref, repeated = test_files(args, out, args.repeat)
-    models = {"teacher": args.teacher, "student": args.student, **({"baseline": args.baseline} if args.baseline else {})}
+    models = {"teacher": h.model_dir(args.teacher, "--teacher"), "student": h.model_dir(args.student, "--student"), **({"baseline": args.baseline} if args.baseline else {})}
     for name, model in models.items():
         for beam in (5,) if name == "teacher" else (1, 5):
-            s = h.evaluate(model, src, ref, "--beam-size", beam)
-            h.record(args, SUITE, section, f"{name}, beam {beam}", f"{s['bleu']:.2f} / {s['chrf']:.2f}",
-                     column="test BLEU / chrF")
+            scores(args, section, f"{name}, beam {beam}", h.evaluate(model, src, ref, "--beam-size", beam))
     exports = {}
     for name in ("teacher", "student"):
         exports[name] = out / f"{name}-ct2-int8"
         h.run(h.attnmt("export", "ctranslate2", "--model", models[name], "--output", exports[name],
                        "--quantization", "int8"))
-        h.record(args, SUITE, section, name, f"{(models[name] / 'model.safetensors').stat().st_size / 2**20:.2f} MiB "
-                 f"safetensors, {(exports[name] / 'model.bin').stat().st_size / 2**20:.2f} MiB model.bin", column="size")
+        h.record(args, section, name, "size: safetensors",
+                 round((models[name] / "model.safetensors").stat().st_size / 2**20, 2), "MiB")
+        h.record(args, section, name, "size: CTranslate2 int8 model.bin",
+                 round((exports[name] / "model.bin").stat().st_size / 2**20, 2), "MiB")
     site = out / "student-web-int8"
     h.run(h.attnmt("export", "web", "--model", args.student, "--output", site, "--quantization", "int8"))
     raw, packed = site_bytes(site)
-    h.record(args, SUITE, section, "student, int8 web export", f"{raw / 2**20:.2f} MiB raw, {packed / 2**20:.2f} MiB gzip",
-             column="size")
+    h.record(args, section, "student, int8 web export", "size: raw", round(raw / 2**20, 2), "MiB")
+    h.record(args, section, "student, int8 web export", "size: gzip", round(packed / 2**20, 2), "MiB")
     two = {"inter_threads": 2, "threads": 1}
     rows = {"teacher, beam 5, native fp32": (models["teacher"], 5, {}),
             "student, greedy, native fp32": (models["student"], 1, {}),
@@ -231,70 +237,76 @@ def distill(args) -> None:
             "teacher, beam 5, CTranslate2 int8, 2 batches at once": (exports["teacher"], 5, {"engine": "ctranslate2", **two}),
             "student, greedy, CTranslate2 int8, 2 batches at once": (exports["student"], 1, {"engine": "ctranslate2", **two})}
     best = timed(args, rows, repeated, ref, out)
+    lines = len(h.read_lines(repeated))
     for name, res in best.items():
-        h.record(args, SUITE, section, name, f"{res['seconds']:.2f} ({res['decode_seconds']:.2f}); BLEU {res['bleu']:.2f}",
-                 column=f"process s (decode s), {len(h.read_lines(repeated)):,} lines")
+        for column, value, unit in (("process s", round(res["seconds"], 2), "s"),
+                                    ("decode s", round(res["decode_seconds"], 2), "s"), ("BLEU", round(res["bleu"], 2), "BLEU")):
+            h.record(args, section, name, column, value, unit, lines=lines)
     for engine in ("native fp32", "CTranslate2 int8", "CTranslate2 int8, 2 batches at once"):
         t, s = best[f"teacher, beam 5, {engine}"], best[f"student, greedy, {engine}"]
-        h.record(args, SUITE, section, f"teacher / student, {engine}", f"{t['seconds'] / s['seconds']:.2f}x "
-                 f"(decode {t['decode_seconds'] / s['decode_seconds']:.2f}x)", column="speed-up")
+        h.record(args, section, f"teacher / student, {engine}", "speed-up, process", round(t["seconds"] / s["seconds"], 2),
+                 "times")
+        h.record(args, section, f"teacher / student, {engine}", "speed-up, decode",
+                 round(t["decode_seconds"] / s["decode_seconds"], 2), "times")
 
 
 def fast(args) -> None:
     """The fast preset against the default: settings chosen on val, test quality, speed."""
-    section = "Translation quality, the presets"
-    out = args.work / SUITE / "fast"
+    section = "The fast preset against the default"
+    h.model_dir(args.default, "--default")
+    h.model_dir(args.fast, "--fast")
+    out = args.work / args.suite / "fast"
     src, ref, repeated = test_files(args, out, args.repeat)
     val = [h.write_lines(out / f"val.{x}", h.read_lines(h.corpus(args, "val", x), args.limit)) for x in ("de", "en")]
 
     def options(alpha: float) -> tuple:
         return ("--length-penalty", alpha, "--early-stopping", "true")
-    scores = {(b, a): h.evaluate(args.fast, *val, "--beam-size", b, *options(a))["bleu"]
-              for b in map(int, args.beams.split(",")) for a in map(float, args.alphas.split(","))}
-    top = max(scores.values())
-    beam, _, alpha = min((b, -s, a) for (b, a), s in scores.items() if s >= top - args.tolerance)
+    val_bleu = {(b, a): h.evaluate(args.fast, *val, "--beam-size", b, *options(a))["bleu"]
+                for b in map(int, args.beams.split(",")) for a in map(float, args.alphas.split(","))}
+    top = max(val_bleu.values())
+    beam, _, alpha = min((b, -s, a) for (b, a), s in val_bleu.items() if s >= top - args.tolerance)
     settings = {"default": (args.default, args.default_beam, args.default_alpha), "fast": (args.fast, beam, alpha)}
     tests = {name: h.evaluate(m, src, ref, "--beam-size", b, *options(a)) for name, (m, b, a) in settings.items()}
     best = timed(args, {name: (m, b, {"length_penalty": a, "early_stopping": "true"})
                         for name, (m, b, a) in settings.items()}, repeated, ref, out)
-    d, f = best["default"], best["fast"]
-    h.record(args, SUITE, section, f"multi30k_de_en_fast (beam {beam}, alpha {alpha} chosen on val)",
-             f"{tests['fast']['bleu']:.2f} / {tests['fast']['chrf']:.2f} against the default's "
-             f"{tests['default']['bleu']:.2f} / {tests['default']['chrf']:.2f}; {d['seconds'] / f['seconds']:.2f}x faster "
-             f"({f['seconds']:.2f} s against {d['seconds']:.2f})", column="attnmt test BLEU / chrF")
+    for name, (model, beam, alpha) in settings.items():
+        figure = {"default": "the default's model, its own beam and length penalty",
+                  "fast": "multi30k_de_en_fast, beam and length penalty chosen on val"}[name]
+        scores(args, section, figure, tests[name])
+        for column, value, unit in (("beam size", beam, "beams"), ("length penalty", alpha, "alpha"),
+                                    ("process s", round(best[name]["seconds"], 2), "s")):
+            h.record(args, section, figure, column, value, unit, lines=len(h.read_lines(repeated)))
 
 
 def recipes(args) -> None:
     """A recipe of the de-en preset, capped at a number of updates and at its own budget."""
-    config = h.ROOT / "configs" / "multi30k_de_en.yaml"
-    if args.smoke:
-        config, args.caps, args.runs = h.small_config(args, args.work / "smoke" / "recipe"), "8,0", args.work / "smoke"
-    test, sets = test_files(args, args.work / SUITE / "recipes")[:2], [x for k in args.set for x in ("--set", k)]
+    section = "Recipes of multi30k_de_en"
+    config = h.small_config(args, args.work / "smoke" / "recipe") if args.smoke else \
+        h.ROOT / "configs" / "multi30k_de_en.yaml"
+    test = test_files(args, args.work / args.suite / "recipes")[:2]
     figure = f"{args.recipe} ({', '.join(args.set) or 'the preset'})"
     for cap in map(int, args.caps.split(",")):
-        capped = f"--set train.max_steps={cap} --set train.max_minutes=600 --set train.num_threads=1"
+        capped = h.set_args(h.capped(cap) + ["train.num_threads=1"]) if cap else []
         run_dir = args.runs / f"recipe-{args.recipe}-{cap}"
-        done = trained(args, config, run_dir, *sets, *(capped.split() if cap else []))
-        val = {r["step"]: r["valid_bleu"] for r in map(json.loads, (run_dir / "train_log.jsonl").open())
-               if r["kind"] == "valid"}
-        at = " / ".join(f"{val[n]:.2f}" if n in val else "-" for n in ((cap,) if cap else (2500, 4500)))
-        test_bleu = "{bleu:.2f} / {chrf:.2f}".format(**h.evaluate(run_dir, *test))
-        h.record(args, SUITE, "Recipes of multi30k_de_en", figure, f"{at} ({test_bleu})" if cap else f"{done['steps']:,}; "
-                 f"{at}, {done['best_valid_bleu']:.2f}; {test_bleu}", column=f"{cap:,} updates: val (test BLEU / chrF)"
-                 if cap else "own budget: updates; val at 2,500 / 4,500, kept; test BLEU / chrF")
+        logged = h.trained(args, config, run_dir, *h.set_args(args.set), *capped)
+        done = h.last(logged, "done")
+        val = {r["step"]: r["valid_bleu"] for r in logged if r["kind"] == "valid"}
+        prefix = f"{cap:,} updates: " if cap else "own budget: "
         if not cap:
-            h.record(args, SUITE, "Recipes of multi30k_de_en", figure, f"{done['tgt_tokens_per_second']:,.0f}",
-                     column="tgt tok/s (own budget)")
+            h.record(args, section, figure, prefix + "updates", done["steps"], "updates")
+        for step in (cap,) if cap else (2500, 4500):
+            if step in val:
+                h.record(args, section, figure, prefix + ("val BLEU" if cap else f"val BLEU at {step:,}"),
+                         round(val[step], 2), "BLEU")
+        if not cap:
+            h.record(args, section, figure, prefix + "kept val BLEU", round(done["best_valid_bleu"], 2), "BLEU")
+        scores(args, section, figure, h.evaluate(run_dir, *test), prefix)
+        if not cap:
+            h.record(args, section, figure, prefix + "tgt tok/s", round(done["tgt_tokens_per_second"]), "tok/s")
 
 
 def run(args) -> None:
-    parts = [args.part] if args.part else list(PARTS) if args.smoke else ["presets"]
-    for name in ("model", "teacher", "student", "baseline", "default", "fast"):
+    for name in MODELS:
         setattr(args, name, model_of(args, getattr(args, name)))
-    for part in parts:
-        if args.smoke:
-            model = h.smoke_model(args)
-            args.limit, args.repeat, args.rounds, args.beams, args.alphas = 8, 1, 1, "1,2", "1.0"
-            args.model = args.teacher = args.student = args.default = args.fast = model
-        {"presets": presets, "multilingual": multilingual, "distill": distill, "fast": fast, "recipes": recipes,
-         "finetune": quality_finetune.run, "control": quality_control.run}[part](args)
+    {"presets": presets, "multilingual": multilingual, "distill": distill, "fast": fast, "recipes": recipes,
+     "finetune": quality_finetune.run, "control": quality_control.run}[args.part](args)

@@ -25,7 +25,9 @@ from pathlib import Path
 
 import harness as h
 
-SUITE = "serve"
+PARTS = {"httpx": ["--driver", "httpx"], "wrk": ["--driver", "wrk"]}
+SMOKE = {"model": h.smoke_model, "clients": 4, "seconds": 2, "warmup": 1, "limit": 20}
+MODELS = ("model",)
 SECTION = "Serving under load"
 
 
@@ -107,9 +109,8 @@ def wrk_load(url: str, bodies: Path, clients: int, seconds: float) -> dict:
 def run(args) -> None:
     import httpx
 
-    if args.smoke:
-        args.model, args.clients, args.seconds, args.warmup, args.limit = h.smoke_model(args), 4, 2, 1, 20
-    out = args.work / SUITE
+    h.model_dir(args.model)
+    out = args.work / args.suite
     sentences = [s for s in h.read_lines(h.corpus(args, "test_2016_flickr", "de"), args.limit) if s.strip()]
     plain = h.write_lines(out / "input.de", sentences)
     bodies = h.write_lines(out / "bodies.jsonl", [json.dumps({"text": s}) for s in sentences])
@@ -131,16 +132,21 @@ def run(args) -> None:
         proc.terminate()
         proc.wait(60)
     offline.append(h.translate(args.model, plain, out / "offline.hyp", threads=args.threads, engine=engine))
-    value = lambda name: float(re.search(rf"^{name} (\S+)", metrics, re.M).group(1))  # noqa: E731
+    metric = {name: float(re.search(rf"^{name} (\S+)", metrics, re.M).group(1))
+              for name in ("attnmt_batch_sentences_sum", "attnmt_batches_total")}
     rate = result["ok"] / result["seconds"]
     offline_rates = [len(sentences) / o["decode_seconds"] for o in offline]
-    figure = f"{args.engine} engine ({args.driver}, {args.clients} clients)"
     mib = 2**20
-    cells = {"attnmt serve": f"{result['requests']:,} requests, {result['errors']} errors, **{rate:.1f} sentences/s**, "
-                             f"p50 {result['p50_s']:.2f} s, p99 {result['p99_s']:.2f} s; batches of "
-                             f"{value('attnmt_batch_sentences_sum') / max(value('attnmt_batches_total'), 1):.1f}; RSS "
-                             f"{loaded / mib:.0f} -> {warm / mib:.0f} -> {end / mib:.0f} MiB (peak {rss.peak / mib:.0f})",
-             "offline attnmt translate": " and ".join(f"{r:.1f}" for r in offline_rates) + " sentences/s; the server "
-                                         f"{rate / statistics.mean(offline_rates):.0%} of their mean"}
-    for column, value_text in cells.items():
-        h.record(args, SUITE, SECTION, figure, value_text, column=column, load_before=load_avg)
+    figures = {"requests": (result["requests"], "requests"), "errors": (result["errors"], "requests"),
+               "sentences/s": (round(rate, 1), "sentences/s"), "p50 latency": (round(result["p50_s"], 3), "s"),
+               "p99 latency": (round(result["p99_s"], 3), "s"),
+               "mean batch": (round(metric["attnmt_batch_sentences_sum"] / max(metric["attnmt_batches_total"], 1), 1),
+                              "sentences"),
+               "RSS loaded": (round(loaded / mib), "MiB"), "RSS after warm-up": (round(warm / mib), "MiB"),
+               "RSS at the end": (round(end / mib), "MiB"), "peak RSS": (round(rss.peak / mib), "MiB"),
+               "offline attnmt translate before, after": ([round(r, 1) for r in offline_rates], "sentences/s"),
+               "server against offline mean": (round(rate / statistics.mean(offline_rates), 3), "share")}
+    figure = f"{args.engine} engine ({args.driver}, {args.clients} clients)"
+    for column, (value, unit) in figures.items():
+        h.record(args, SECTION, figure, column, value, unit, load_before=load_avg, threads=args.threads,
+                 sentences=len(sentences))

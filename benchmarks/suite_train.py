@@ -32,7 +32,11 @@ from decoding import decode_jobs, fastest_rounds
 from setting import LABEL, TOOLKITS, Setting, peer_venv, prepare_data, versions
 from training import model_flops_per_target_token, timed_rounds, train_decode_models
 
-SUITE = "train"
+PARTS = {"peers": ["--part", "peers"], "compile": ["--part", "compile"], "ddp": ["--part", "ddp"]}
+SMOKE = {"updates": 4, "rounds": 1, "log_every": 2, "warmup": 10, "decode_updates": 0, "test_lines": 8,
+         "decode_rounds": 1, "steps": 2, "toolkits": "attnmt,joeynmt,onmt",
+         "config": lambda args: h.small_config(args, args.work / "smoke" / "compile")}
+MODELS = ("attnmt_model",)
 
 
 def add_arguments(p) -> None:
@@ -93,41 +97,38 @@ def peers(args) -> None:
     flops = model_flops_per_target_token(data["lengths"], vocab=data["vocab_size"])["flops_per_tgt_token"]
     rates = probe(s.threads)
     bf16 = f"{rates['bf16']:.1f}" + ("" if rates.get("n_bf16", 2048) == 2048 else f" ({rates['n_bf16']}x{rates['n_bf16']})")
-    h.record(args, SUITE, "Matmul limit", "matmul rate", round(rates["fp32"], 1), column="float32 GFLOP/s")
-    h.record(args, SUITE, "Matmul limit", "matmul rate", bf16, column="bfloat16 GFLOP/s")
+    for column, rate in (("float32", rates["fp32"]), ("bfloat16", rates["bf16"])):
+        h.record(args, "Matmul limit", "matmul rate", column, round(rate, 1), "GFLOP/s", n=rates["n"],
+                 n_bf16=rates["n_bf16"], threads=rates["threads"])
     failures: list[str] = []
     train = timed_rounds(s, failures)
     for tk, agg in train.items():
         precision = "bf16 autocast" if tk == "attnmt-bf16" else "float32"
         peak = rates["bf16" if tk == "attnmt-bf16" else "fp32"] * 1e9
         mfu = (agg["rate"] or 0) * flops / peak
-        h.record(args, SUITE, "Training throughput, benchmark setting", f"tgt tok/s, {precision}",
-                 f"{agg['rate'] or 0:,.0f} (MFU {mfu:.1%}, {agg['peak_rss'] / 2**30:.2f} GiB)",
-                 column=LABEL[tk.replace("-bf16", "")], round_rates=agg["round_rates"], versions=versions())
+        for column, value, unit in (("tgt tok/s", round(agg["rate"] or 0), "tok/s"), ("MFU", round(mfu, 3), "share"),
+                                    ("peak RSS", round(agg["peak_rss"] / 2**30, 2), "GiB")):
+            h.record(args, "Training throughput, benchmark setting", f"{LABEL[tk.replace('-bf16', '')]}, {precision}",
+                     column, value, unit, round_rates=agg["round_rates"], versions=versions())
     if s.decode:
         models = {tk: {**train[tk]["last"], "label": f"{s.updates} updates"} for tk in ("attnmt", "onmt") if tk in train}
         if s.decode_updates:
             models.update({tk: {**r, "label": f"{s.decode_updates} updates"} for tk, r in train_decode_models(s).items()})
         for rec in fastest_rounds(s, *decode_jobs(s, models, train), failures):
-            h.record(args, SUITE, "Translation speed, benchmark setting", f"decode s ({rec['model']})",
-                     f"{rec['decode_s']:.2f} ({rec['bleu']:.2f})", column=rec["system"],
-                     process_s=round(rec["process_s"], 2), peak_rss=rec["peak_rss"])
+            for column, value, unit in (("decode s", round(rec["decode_s"], 2), "s"),
+                                        ("process s", round(rec["process_s"], 2), "s"),
+                                        ("BLEU", round(rec["bleu"], 2), "BLEU"),
+                                        ("peak RSS", round(rec["peak_rss"] / 2**20), "MiB")):
+                h.record(args, "Translation speed, benchmark setting", f"{rec['system']} ({rec['model']})", column,
+                         value, unit)
     if failures:
         raise SystemExit("failures:\n  " + "\n  ".join(failures))
 
 
 def trained(args, name: str, sets: dict, env: dict | None = None, torchrun: bool = False) -> list[dict]:
-    """``attnmt train`` of ``--config`` with ``sets`` (``torchrun``: 2 processes) into ``name``: its log records."""
-    out = args.work / SUITE / name
-    shutil.rmtree(out, ignore_errors=True)
-    cmd = (h.torchrun if torchrun else h.attnmt)("train", args.config, "--output", out, "--data-dir", args.data,
-                                                 *[x for k, v in sets.items() for x in ("--set", f"{k}={v}")])
-    h.run(cmd, env=env)
-    return [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
-
-
-def last(logged: list[dict], kind: str, key: str) -> float:
-    return [r for r in logged if r["kind"] == kind][-1][key]
+    """``--config`` trained from scratch with ``sets`` into the work folder's ``name`` (harness.trained): its log."""
+    return h.trained(args, args.config, args.work / args.suite / name, *h.set_args([f"{k}={v}" for k, v in sets.items()]),
+                     env=env, torchrun=torchrun, fresh=True)
 
 
 def compiled(args) -> None:
@@ -140,14 +141,16 @@ def compiled(args) -> None:
         for compile in (False,) if args.smoke else (False, True):  # compiling takes minutes
             name = f"{precision}-{'compiled' if compile else 'eager'}"
             sets = {"train.compile": str(compile).lower(), "train.dropout_curriculum": 0, "train.precision": precision,
-                    "train.schedule": "constant", "train.budget_decay": "inverse_sqrt", "train.max_minutes": "null",
-                    "train.max_steps": args.steps, "train.log_every": min(100, max(1, args.steps // 2)), "train.valid_bleu": "false"}
-            cache = args.work / SUITE / f"{name}-inductor-cache"  # empty: a machine's first compile
+                    "train.schedule": "constant", "train.budget_decay": "inverse_sqrt",
+                    **dict(x.split("=") for x in h.capped(args.steps)),
+                    "train.log_every": min(100, max(1, args.steps // 2)), "train.valid_bleu": "false"}
+            cache = args.work / args.suite / f"{name}-inductor-cache"  # empty: a machine's first compile
             shutil.rmtree(cache, ignore_errors=True)
             logged = trained(args, name, sets, env={"TORCHINDUCTOR_CACHE_DIR": str(cache)})
-            rate, loss = last(logged, "train", "tgt_tokens_per_s"), last(logged, "valid", "valid_loss")
-            done = next(r for r in logged if r["kind"] == "done")
-            tok = Tokenizer.load(args.work / SUITE / name / "spm.model")
+            rate = h.last(logged, "train", "tgt_tokens_per_s")
+            loss = h.last(logged, "valid", "valid_loss")
+            done = h.last(logged, "done")
+            tok = Tokenizer.load(args.work / args.suite / name / "spm.model")
             pair = config.data.pair.split("-")
             lengths = list(zip(*[[len(ids) + 1 for ids in tok.encode_batch(h.read_lines(h.corpus(args, "train", x)))]
                                  for x in pair]))
@@ -157,32 +160,29 @@ def compiled(args) -> None:
             mfu = rate * flops / (rates["bf16" if done["precision"] == "bf16" else "fp32"] * 1e9)
             figure = f"{'compiled' if compile else 'eager'}, {done['precision']}"
             section = "Compiled training step (`train.compile`)"
-            graphs = "-" if done.get("compiled_graphs") is None else \
-                f"{done['compiled_graphs']}, {done['compile_seconds']:.0f} s"
-            for column, value in (("tgt tok/s", f"{rate:,.0f}"), ("MFU", f"{mfu:.1%}"),
-                                  (f"valid loss at {args.steps}", f"{loss:.4f}"),
-                                  ("compiled graphs, compile time", graphs)):
-                h.record(args, SUITE, section, figure, value, column=column)
+            figures = [("tgt tok/s", round(rate), "tok/s"), ("MFU", round(mfu, 3), "share"),
+                       ("valid loss", round(loss, 4), "nats")]
+            if done.get("compiled_graphs") is not None:
+                figures += [("compiled graphs", done["compiled_graphs"], "graphs"),
+                            ("compile time", round(done["compile_seconds"]), "s")]
+            for column, value, unit in figures:
+                h.record(args, section, figure, column, value, unit, steps=args.steps)
 
 
 def data_parallel(args) -> None:
     """torchrun x2 (1 thread each) against 1 process of 2 threads accumulating the same updates: ppl, rate."""
     sets = {"train.device": "cpu", "train.batch_tokens": 2048, "train.schedule": "noam", "train.lr_factor": 1.0,
-            "train.warmup_steps": 1600, "train.max_steps": args.steps, "train.max_minutes": "null",
+            "train.warmup_steps": 1600, **dict(x.split("=") for x in h.capped(args.steps)),
             "train.log_every": min(100, max(1, args.steps // 2))}
     for column, torchrun, extra in (("2 processes x 1 thread (torchrun, gloo)", True, {"train.num_threads": 1}),
                                     ("1 process x 2 threads, accum_steps 2", False,
                                      {"train.num_threads": 2, "train.accum_steps": 2})):
         logged = trained(args, f"ddp-{len(extra)}", {**sets, **extra}, torchrun=torchrun)
-        h.record(args, SUITE, "Data-parallel training on CPU", f"valid ppl after {args.steps} updates (tgt tok/s)",
-                 f"{last(logged, 'valid', 'valid_ppl'):.2f} ({last(logged, 'train', 'tgt_tokens_per_s'):,.0f})",
-                 column=column)
+        for figure, value, unit in (("valid perplexity", round(h.last(logged, "valid", "valid_ppl"), 2), "perplexity"),
+                                    ("tgt tok/s", round(h.last(logged, "train", "tgt_tokens_per_s")), "tok/s")):
+            h.record(args, "Data-parallel training on CPU", figure, column, value, unit, steps=args.steps)
 
 
 def run(args) -> None:
-    if args.smoke:
-        args.updates, args.rounds, args.log_every, args.warmup, args.decode_updates = 4, 1, 2, 10, 0
-        args.test_lines, args.decode_rounds, args.steps, args.toolkits = 8, 1, 2, "attnmt,joeynmt,onmt"
-        args.config = h.small_config(args, args.work / "smoke" / "compile")
-    os.environ.setdefault("ATTNMT_DATA", str(h.corpus(args, "train", "de").parents[1]))
+    os.environ.setdefault("ATTNMT_DATA", str(args.data))
     {"peers": peers, "compile": compiled, "ddp": data_parallel}[args.part](args)

@@ -26,7 +26,10 @@ from pathlib import Path
 
 import harness as h
 
-SUITE = "translate"
+PARTS = {"engines": ["--part", "engines"], "stopping": ["--part", "stopping"]}
+SMOKE = {"model": h.smoke_model, "limit": 8, "rounds": 1, "repeat": 1, "bleu_lines": 8, "parallel": True,
+         "tune": "0.6,1.0"}
+MODELS = ("model", "onmt_ct2")
 SECTIONS = {"engines": "Inference engines", "stopping": "Stopping rules and CTranslate2's speed"}
 
 
@@ -105,10 +108,9 @@ def tune(args, alphas: list[float]) -> dict:
     for early in (False, True):
         scores = {}
         for alpha in alphas:
-            p = h.run(h.attnmt("evaluate", "--model", args.model, "--src", val["de"], "--ref", val["en"], "--json",
-                               "--beam-size", args.beam, "--length-penalty", alpha, "--device", "cpu", "--threads",
-                               args.threads, "--early-stopping", "true" if early else "false"))
-            scores[alpha] = json.loads([x for x in p.output.splitlines() if x.startswith("{")][-1])["bleu"]
+            scores[alpha] = h.evaluate(args.model, val["de"], val["en"], "--beam-size", args.beam, "--length-penalty",
+                                       alpha, "--device", "cpu", "--threads", args.threads, "--early-stopping",
+                                       "true" if early else "false")["bleu"]
         best[early] = max(scores, key=lambda a: (scores[a], -a))
         print(f"val BLEU, {'early' if early else 'exact'}: {scores}", flush=True)
     return best
@@ -149,9 +151,8 @@ def rows(args) -> dict:
 def run(args) -> None:
     from attnmt.rundir import read_config
 
-    if args.smoke:
-        args.model, args.limit, args.rounds, args.repeat, args.bleu_lines = h.smoke_model(args), 8, 1, 1, 8
-    args.out = args.work / SUITE / args.part
+    h.model_dir(args.model)
+    args.out = args.work / args.suite / args.part
     args.out.mkdir(parents=True, exist_ok=True)
     repeat = args.repeat or (1 if args.part == "engines" else 3)
     lines = h.read_lines(h.corpus(args, "test_2016_flickr", "de"), args.limit)
@@ -177,9 +178,8 @@ def run(args) -> None:
         pieces = sum(len(p) + 1 for p in sentencepiece.SentencePieceProcessor(model_file=str(table[name][1])).encode(hyps))
         figures = {"process s": (round(res["seconds"], 2), "s"), "decode s": (round(res["decode_seconds"], 2), "s"),
                    "ms per 1000 output pieces": (round(1e6 * res["decode_seconds"] / pieces, 1), "ms"),
-                   "BLEU": (h.bleu(res["output"], ref)[0], ""),
-                   "lines identical to native": (round(sum(a == b for a, b in zip(hyps, first)) / len(hyps), 3), "")}
+                   "BLEU": (round(h.bleu(res["output"], ref)["bleu"], 2), "BLEU"),
+                   "lines identical to native": (round(sum(a == b for a, b in zip(hyps, first)) / len(hyps), 3), "share")}
         for column, (value, unit) in figures.items():
-            h.record(args, SUITE, SECTIONS[args.part], name, value, unit, column=column,
-                     settings={"lines": len(lines) * repeat, "beam": args.beam, "alpha": args.alpha[True],
-                               "threads": args.threads})
+            h.record(args, SECTIONS[args.part], name, column, value, unit, lines=len(lines) * repeat, beam=args.beam,
+                     alpha=args.alpha[True], threads=args.threads)

@@ -20,7 +20,10 @@ from pathlib import Path
 
 import harness as h
 
-SUITE = "web"
+PARTS = {"page": []}
+SMOKE = {"model": h.smoke_model, "limit": 4, "beams": "1", "modes": "batched", "quantizations": "int8",
+         "servers": "plain"}
+MODELS = ("model",)
 SECTION = "In the browser"
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                   "--disable-sync", "--no-first-run"]
@@ -94,10 +97,8 @@ def run(args) -> None:
     from attnmt.interop.web import export_web
     from playwright.sync_api import sync_playwright
 
-    if args.smoke:
-        args.model, args.limit, args.beams, args.modes = h.smoke_model(args), 4, "1", "batched"
-        args.quantizations, args.servers = "int8", "plain"
-    out = args.work / SUITE
+    h.model_dir(args.model)
+    out = args.work / args.suite
     shutil.rmtree(out, ignore_errors=True)
     sentences = h.read_lines(h.corpus(args, "test_2016_flickr", "de"), args.limit)
     refs = h.read_lines(h.corpus(args, "test_2016_flickr", "en"), args.limit)
@@ -107,15 +108,16 @@ def run(args) -> None:
     for beam in beams:
         res = h.translate(args.model, src, out / f"native-{beam}.hyp", beam=beam, threads=args.threads)
         native[beam] = (len(sentences) / res["decode_seconds"], h.read_lines(res["output"]))
-        h.record(args, SUITE, SECTION, f"beam {beam}: sentences/s; BLEU", f"{native[beam][0]:.1f}; "
-                 f"{corpus_scores(native[beam][1], refs)['bleu']:.2f}", column=f"native, {args.threads} thread(s)")
+        figure = f"native attnmt translate, beam {beam}, {args.threads} thread(s)"
+        h.record(args, SECTION, figure, "sentences/s", round(native[beam][0], 1), "sentences/s")
+        h.record(args, SECTION, figure, "BLEU", round(corpus_scores(native[beam][1], refs)["bleu"], 2), "BLEU")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=args.chromium, headless=True, args=CHROMIUM_FLAGS)
         for q in args.quantizations.split(","):
             site = export_web(args.model, out / f"site-{q}", q)
             model_mib, total_mib = size_mib(site)
-            h.record(args, SUITE, SECTION, "download MiB: model folder (whole site)", f"{model_mib:.1f} ({total_mib:.1f})",
-                     column=f"page {q}")
+            h.record(args, SECTION, f"page {q}", "download: model folder", round(model_mib, 1), "MiB")
+            h.record(args, SECTION, f"page {q}", "download: whole site", round(total_mib, 1), "MiB")
             for isolated in [name == "coop-coep" for name in args.servers.split(",")]:
                 server, url = serve_static(site, isolated)
                 for mode in args.modes.split(","):
@@ -123,12 +125,15 @@ def run(args) -> None:
                         first, seconds, hyps, threads = page_run(browser, url, sentences, beam, mode, args.page_batch)
                         rate = len(sentences) / seconds
                         same = sum(a == b for a, b in zip(hyps, native[beam][1])) / len(hyps)
-                        figure = (f"beam {beam}, {'batched' if mode == 'batched' else 'one at a time'}, {threads} "
-                                  f"thread(s){' (COOP/COEP)' if isolated else ''}: sentences/s (of native); BLEU "
-                                  f"(identical); first translation s")
-                        h.record(args, SUITE, SECTION, figure, f"{rate:.1f} ({rate / native[beam][0]:.0%}); "
-                                 f"{corpus_scores(hyps, refs)['bleu']:.2f} ({same:.1%}); {first:.2f}",
-                                 column=f"page {q}", sentences=len(sentences))
+                        figure = (f"page {q}, beam {beam}, {'batched' if mode == 'batched' else 'one at a time'}, "
+                                  f"{threads} thread(s){' (COOP/COEP)' if isolated else ''}")
+                        for column, value, unit in (
+                                ("sentences/s", round(rate, 1), "sentences/s"),
+                                ("share of native", round(rate / native[beam][0], 3), "share"),
+                                ("BLEU", round(corpus_scores(hyps, refs)["bleu"], 2), "BLEU"),
+                                ("lines identical to native", round(same, 3), "share"),
+                                ("first translation s", round(first, 2), "s")):
+                            h.record(args, SECTION, figure, column, value, unit, sentences=len(sentences))
                 server.shutdown()
                 server.server_close()
         browser.close()

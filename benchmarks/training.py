@@ -8,14 +8,13 @@ model FLOP utilisation needs the analytic FLOPs per target token
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import time
 from pathlib import Path
 
-from harness import run
-from setting import ROOT, Setting, peer_venv
+from harness import ROOT, run, train_log
+from setting import Setting, peer_venv
 
 
 def combine_windows(windows: list[tuple[int, float]], log_every: int) -> float | None:
@@ -90,7 +89,7 @@ def train_attnmt(s: Setting, out: Path, precision: str = "fp32", updates: int | 
     shutil.rmtree(out, ignore_errors=True)
     p = run([str(ROOT / ".venv/bin/attnmt"), "train", str(cfg), "--output", str(out)],
             env=s.env, log=out.parent / f"{out.name}.log", check="raise")
-    records = [json.loads(ln) for ln in (out / "train_log.jsonl").read_text(encoding="utf-8").splitlines()]
+    records = train_log(out)
     windows = [(r["step"], r["tgt_tokens_per_s"]) for r in records if r["kind"] == "train"]
     done = next(r for r in records if r["kind"] == "done")
     valid = [r for r in records if r["kind"] == "valid"]

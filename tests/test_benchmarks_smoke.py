@@ -1,7 +1,8 @@
-"""Every benchmark suite at ``--smoke`` size, so that none can stop working unnoticed; and RESULTS.md
-as ``python -m benchmarks report`` builds it from the records.
+"""Every part of every benchmark suite of the registry (``SUITES`` in ``benchmarks/__main__.py``) at its
+``--smoke`` size, so that none can stop working unnoticed; and RESULTS.md as ``python -m benchmarks
+report`` builds it from the records.
 
-The smoke runs need Multi30k (``ATTNMT_DATA``); they print their records instead of appending them.
+The smoke runs need Multi30k (``ATTNMT_DATA``); they print their records instead of storing them.
 The peers (JoeyNMT, OpenNMT-py) are left out of ``train --part peers`` where the environments of
 ``benchmarks/setup_peers.sh`` are absent; ``serve --driver wrk`` needs wrk, ``web`` Chromium and the
 built page.
@@ -21,13 +22,13 @@ import pytest
 from tests.conftest import skip_without
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.__main__ import SUITES  # noqa: E402
+from benchmarks.records import Record  # noqa: E402
+
 DATA = os.environ.get("ATTNMT_DATA")
-RUNS = [("train", "--part", "peers"), ("train", "--part", "compile"), ("train", "--part", "ddp"),
-        ("translate", "--part", "engines"),
-        ("translate", "--part", "stopping", "--parallel", "--tune", "0.6,1.0"), ("serve", "--driver", "httpx"),
-        ("serve", "--driver", "wrk"), ("web",), ("data", "--part", "corpora"), ("data", "--part", "simulate"),
-        ("quality", "--part", "presets", "--inference-precisions", "fp32,int8"),
-        *[("quality", "--part", part) for part in ("multilingual", "distill", "fast", "recipes", "finetune", "control")]]
+RUNS = [(suite, *argv) for suite, module in SUITES.items() for argv in module.PARTS.values()]
 
 
 # The runs that need the browser features: the web suite opens the page in chromium; the distillation
@@ -58,8 +59,8 @@ def test_suite_runs_at_smoke_size(argv, work):
     records = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
     assert records, p.stdout[-2000:]
     for rec in records:
-        assert {"figure", "value", "unit", "machine", "date", "commit", "command"} <= set(rec)
-        assert rec["machine"]["cores"] and "flags" in rec["machine"]
+        assert Record.model_validate(rec).command == "python -m benchmarks " + " ".join([argv[0], "--smoke", *argv[1:],
+                                                                                         "--work", str(work)])
     if argv[:3] == ("train", "--part", "peers") and not (REPO / "benchmarks/work/venv-onmt/bin/python").exists():
         assert "benchmarks/setup_peers.sh" in p.stdout + p.stderr
 

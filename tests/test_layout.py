@@ -49,11 +49,3 @@ def test_no_commit_hashes_or_dated_runs_in_the_source():
             if hash_like.search(line) or date.search(line):
                 found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
     assert not found, found
-
-
-def test_the_benchmarks_stay_one_small_harness():
-    # benchmarks/: one driver and a few suites in at most 2,500 lines of Python and shell (records,
-    # configs and Markdown aside); a new measurement makes room for itself.
-    files = [*(REPO / "benchmarks").glob("*.py"), *(REPO / "benchmarks").glob("*.sh")]
-    lines = sum(len(path.read_text(encoding="utf-8").splitlines()) for path in files)
-    assert len(files) > 10 and lines <= 2500, lines

@@ -37,7 +37,8 @@ import torch
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from suite_data import REPO, write_config, write_corpus  # noqa: E402
+from harness import ROOT as REPO  # noqa: E402
+from suite_data import write_config, write_corpus  # noqa: E402
 
 COMPARED = ("loss", "ppl", "lr", "epoch", "processes")  # the log fields that must be equal (not timings)
 
