@@ -140,7 +140,7 @@ def test_cli_user_mistakes_are_one_line(tiny_run, broken_models, tmp_path, capsy
     (tmp_path / "torn" / "train_log.jsonl").write_text('{"kind": "train", "step": 1}\nGARBAGE\n{"kind": "x"}\n')
     m, inp, missing_dir = str(tiny_run), ["--input", str(two)], str(tmp_path / "missing" / "out")
     cases = [  # (arguments, words the message must contain)
-        (["translate", "--model", m, "--batch-size", "-1", *inp], ["--batch-size", "positive"]),
+        (["translate", "--model", m, "--batch-size", "-1", *inp], ["--batch-size", "out of range"]),
         (["translate", "--model", m, "--beam-size", "0", *inp], ["--beam-size"]),
         (["translate", "--model", m, "--nbest", "0", *inp], ["--nbest"]),
         (["translate", "--model", m, "--length-penalty", "nan", *inp], ["finite"]),
