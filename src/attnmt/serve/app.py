@@ -49,7 +49,9 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, HTTPException
-from fastapi.responses import HTMLResponse, Response
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette.sse import EventSourceResponse
 
@@ -64,6 +66,7 @@ from attnmt.serve.batcher import Closed, DynamicBatcher, Job, QueueFull
 from attnmt.serve.metrics import ServeMetrics
 from attnmt.serve.settings import ServeSettings
 from attnmt.serve.stream import StreamJob
+from attnmt.train.metrics import finite_or_none
 
 if TYPE_CHECKING:  # tensors only where the native engine returns attention: a CTranslate2 server runs without PyTorch
     import torch
@@ -512,11 +515,19 @@ def create_app(loader: Callable[[], Translator], settings: ServeSettings | None 
 
     app = FastAPI(title="attnmt", summary="Transformer translation with dynamic batching", lifespan=lifespan)
     app.add_middleware(RequestGuard, state=state)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
     app.state.attnmt = state
     _add_info_routes(app, state, name)
     _add_translate_route(app, state)
     libre.add_routes(app, state.ready)
     return app
+
+
+async def _invalid_request(request, exc: RequestValidationError) -> JSONResponse:
+    """FastAPI's 422 for a body its schema refuses, ``{"detail": [errors]}``, in strict JSON: a
+    refused ``NaN`` or ``Infinity`` is echoed as null (FastAPI's own handler cannot encode it and
+    would answer 500)."""
+    return JSONResponse({"detail": finite_or_none(jsonable_encoder(exc.errors()))}, 422)
 
 
 def _add_info_routes(app: FastAPI, state: _AppState, name: str) -> None:
