@@ -2,7 +2,10 @@
 
 A configuration file has five sections, each a model below: ``data``, ``tokenizer``, ``model``,
 ``train`` and ``decode``. Every section forbids unknown keys and checks types, so a typo such as
-``modle.d_model`` or ``d_model: big`` is an error naming the key, never silently ignored.
+``modle.d_model`` or ``d_model: big`` is an error naming the key, never silently ignored. Every
+number key has a range on both sides (its ``Field``'s bounds; those the command line and the
+server share, such as ``decode.length_penalty``, from :mod:`attnmt.ranges`), no float may be
+nan or inf, and a boolean is never a number (YAML's ``on`` for ``train.dropout_curriculum``).
 Rules between keys are checked once the whole configuration is read (``Config._consistent``),
 and a key that only matters to another key's value not in use (``train.t_mul`` under
 ``train.schedule: noam``: :data:`APPLIES_ONLY_TO`) is refused, naming that option. Every error
@@ -555,6 +558,21 @@ def key_lines(text: str) -> dict[str, int]:
     return lines
 
 
+# pydantic's bound of a number field, in words: 'must be at most 10'
+_BOUND_WORDS = {"le": "at most", "lt": "below", "ge": "at least", "gt": "above"}
+
+
+def _out_of_range(e: dict) -> str | None:
+    """A number outside its field's range as 'VALUE is out of range: must be at most N', else None."""
+    ctx = e.get("ctx") or {}
+    for name, words in _BOUND_WORDS.items():
+        if name in ctx and e["type"].startswith(("less_than", "greater_than")):
+            return f"{e['input']!r} is out of range: must be {words} {ranges.number_text(ctx[name])}"
+    if e["type"] in ("finite_number", "int_parsing_size"):  # nan, inf; a float too large for an int
+        return f"{e['input']!r} is out of range: must be a finite number"
+    return None
+
+
 def _format_validation_error(err: ValidationError, origin: str, lines: dict[str, int] | None = None) -> str:
     """One line: ``ORIGIN[:LINE]: invalid configuration: key: problem; ...``, LINE being that of the
     first erring key found in the file."""
@@ -567,7 +585,8 @@ def _format_validation_error(err: ValidationError, origin: str, lines: dict[str,
         else:  # a list entry's index as data.train[2].max_pairs
             key = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in e["loc"]
                           if not (isinstance(x, str) and x.startswith("function-"))).lstrip(".")
-            msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
+            msg = "unknown key" if e["type"] == "extra_forbidden" else (
+                _out_of_range(e) or e["msg"].removeprefix("Value error, "))
             parts.append(f"{key}: {msg}" if key else msg)
         found = re.sub(r"\[\d+\].*", "", key)  # key_lines knows mapping keys: data.train for data.train[2].src
         if where is None and lines and (key in lines or found in lines):

@@ -104,10 +104,10 @@ def add_routes(app: FastAPI, ready: Callable) -> None:
                 return _error(400, f"Invalid request: missing {name} parameter")
         q, source, target = fields["q"], fields["source"], fields["target"]
         texts = q if isinstance(q, list) else [q]
-        if not all(isinstance(t, str) for t in texts) or not all(isinstance(v, str) for v in (source, target)):
-            return _error(400, "Invalid request: q, source and target must be strings (q may be a list of strings)")
-        if not isinstance(fields.get("format", "text"), str):  # a number or boolean: not a format's name
-            return _error(400, "Invalid request: format must be a string (text)")
+        strings = (source, target, fields.get("format", "text"))  # a number or boolean is no language or format
+        if not all(isinstance(t, str) for t in texts) or not all(isinstance(v, str) for v in strings):
+            return _error(400, "Invalid request: q, source, target and format must be strings (q may be a list of "
+                          "strings)")
         problem = not_unicode(texts, "q")
         if problem:
             return _error(400, f"Invalid request: {problem}")
