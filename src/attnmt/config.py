@@ -565,11 +565,12 @@ _BOUND_WORDS = {"le": "at most", "lt": "below", "ge": "at least", "gt": "above"}
 def _out_of_range(e: dict) -> str | None:
     """A number outside its field's range as 'VALUE is out of range: must be at most N', else None."""
     ctx = e.get("ctx") or {}
+    value = e["input"] if isinstance(e["input"], str) else repr(e["input"])  # YAML reads 1e6 as a string
     for name, words in _BOUND_WORDS.items():
         if name in ctx and e["type"].startswith(("less_than", "greater_than")):
-            return f"{e['input']!r} is out of range: must be {words} {ranges.number_text(ctx[name])}"
+            return f"{value} is out of range: must be {words} {ranges.number_text(ctx[name])}"
     if e["type"] in ("finite_number", "int_parsing_size"):  # nan, inf; a float too large for an int
-        return f"{e['input']!r} is out of range: must be a finite number"
+        return f"{value} is out of range: must be a finite number"
     return None
 
 
