@@ -78,7 +78,7 @@ def test_every_configuration_key_is_on_the_configuration_page_with_its_descripti
     rows = _hook().config_rows(Config, "")
     keys = {key for key, *_ in rows}
     assert {"train.t_mul", "model.positional_layout", "decode.beam_size", "tokenizer.min_freq"} <= keys
-    for key, _, _, description in rows:
+    for key, _, _, _, description in rows:
         if "." in key:  # the sections themselves are headings
             assert key in text, key
             assert " ".join(description.split("*(")[0].split())[:40].replace("\\|", "|") in text, key

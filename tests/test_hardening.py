@@ -140,7 +140,7 @@ def test_cli_user_mistakes_are_one_line(tiny_run, broken_models, tmp_path, capsy
     (tmp_path / "torn" / "train_log.jsonl").write_text('{"kind": "train", "step": 1}\nGARBAGE\n{"kind": "x"}\n')
     m, inp, missing_dir = str(tiny_run), ["--input", str(two)], str(tmp_path / "missing" / "out")
     cases = [  # (arguments, words the message must contain)
-        (["translate", "--model", m, "--batch-size", "-1", *inp], ["--batch-size", "positive"]),
+        (["translate", "--model", m, "--batch-size", "-1", *inp], ["--batch-size", "out of range"]),
         (["translate", "--model", m, "--beam-size", "0", *inp], ["--beam-size"]),
         (["translate", "--model", m, "--nbest", "0", *inp], ["--nbest"]),
         (["translate", "--model", m, "--length-penalty", "nan", *inp], ["finite"]),
@@ -202,9 +202,11 @@ def test_bad_training_data_is_named_before_any_work(tmp_path):
 # ---- finite training ----------------------------------------------------------------------------
 
 
-def test_nonfinite_updates_are_skipped_counted_and_stop_training(tmp_path, caplog):
-    raw = copy_task_config(tmp_path, schedule="noam", lr_factor=1e30, clip_norm=None, max_nonfinite_updates=3)
+def test_nonfinite_updates_are_skipped_counted_and_stop_training(tmp_path, caplog, monkeypatch):
+    raw = copy_task_config(tmp_path, schedule="noam", clip_norm=None, max_nonfinite_updates=3)
     del raw["train"]["lr"]  # noam's rate is lr_factor's (train.lr applies to the other schedules)
+    # a rate of 1e30 (train.lr_factor's range stops at 100) blows the weights up to non-finite updates
+    monkeypatch.setattr(trainer_module, "learning_rate", lambda *args, **kwargs: 1e30)
     with caplog.at_level(logging.WARNING), pytest.raises(TrainingError, match="3 updates in a row"):
         train(config_from_dict(raw), tmp_path / "run", progress=False)
     records = read_log(tmp_path / "run" / "train_log.jsonl")

@@ -147,7 +147,7 @@ def clients(exports):
     options' own ranges are what refuses)."""
     from attnmt.interop.engines import open_translator
 
-    settings = ServeSettings(max_beam_size=2**62)
+    settings = ServeSettings(max_beam_size=C_INT_MAX)
     opened = {}
     with contextlib.ExitStack() as stack:
         for engine, d in exports.items():
@@ -170,7 +170,7 @@ def test_http_numbers_out_of_range_are_422(clients, engine, body, field):
         pytest.skip(f"no {engine}")
     r = clients[engine].post("/v1/translate", json=body)
     assert r.status_code == 422, r.text
-    assert field in r.json()["detail"]
+    assert field in json.dumps(r.json()["detail"])  # a message, or pydantic's errors with the field's loc
 
 
 # ---- lengths past the model's positions ---------------------------------------------------------

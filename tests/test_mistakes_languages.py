@@ -192,8 +192,9 @@ def test_a_large_temperature_flattens_towards_uniform():
 
 # ---- max_pairs and data paths --------------------------------------------------------------------
 
-@pytest.mark.parametrize("value, problem", [(0, "greater than 0"), (-5, "greater than 0"), (2.5, "valid integer"),
-                                            ("many", "valid integer"), (True, "valid integer")])
+@pytest.mark.parametrize("value, problem", [(0, "out of range: must be above 0"), (-5, "out of range: must be above 0"),
+                                            (2.5, "valid integer"), ("many", "valid integer"),
+                                            (True, "a boolean is not a number")])
 def test_max_pairs_out_of_range_is_one_line_naming_the_entry(tmp_path, capsys, value, problem):
     config = _entries_config(tmp_path, [{}, {}, {"max_pairs": value}])
     rc, _, err = run_cli(capsys, "train", str(config), "--output", str(tmp_path / "run"))

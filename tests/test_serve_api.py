@@ -82,7 +82,7 @@ def test_scores_nbest_and_attention(client, translator):
     ({"text": 5}, 422, "string"),
     ({"text": ["hund", 3]}, 422, "string"),
     ({"text": "hund", "beam_size": "5"}, 422, "integer"),
-    ({"text": "hund", "beam_size": 0}, 422, "greater than 0"),
+    ({"text": "hund", "beam_size": 0}, 422, "greater than or equal to 1"),
     ({"text": "hund", "colour": "red"}, 422, "Extra inputs"),
     ({}, 422, "Field required"),
     ({"text": "hund " * 700}, 413, "over 3000 bytes"),

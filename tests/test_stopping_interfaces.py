@@ -39,7 +39,7 @@ def test_translate_and_evaluate_take_the_stopping_rule(tiny_run, tmp_path, capsy
 @pytest.mark.parametrize("flags, message", [
     (["--patience", "2"], "patience (2.0) applies only to early stopping"),
     (["--early-stopping", "false", "--patience", "1.5"], "patience (1.5) applies only to early stopping"),
-    (["--early-stopping", "true", "--patience", "0.5"], "argument --patience: 0.5 must be at least 1"),
+    (["--early-stopping", "true", "--patience", "0.5"], "argument --patience: 0.5 is out of range: use a finite number from 1 to"),
     (["--early-stopping", "yes"], "argument --early-stopping: 'yes' is not true or false"),
 ])
 def test_bad_stopping_flags_are_one_line_exit_2(tiny_run, tmp_path, capsys, flags, message):

@@ -2,8 +2,8 @@
 
 - ``configuration.md``: the marker ``<!-- config-reference -->`` becomes one table per section of
   :class:`attnmt.config.Config`, a row per key (nested sections and list items included) with its
-  type, default and pydantic ``description``, and the option a key belongs to
-  (:data:`attnmt.config.APPLIES_ONLY_TO`).
+  type, range (a number key's pydantic ``ge``/``gt``/``le``/``lt``), default and pydantic
+  ``description``, and the option a key belongs to (:data:`attnmt.config.APPLIES_ONLY_TO`).
 - ``cli.md``: the marker ``<!-- cli-reference -->`` becomes argparse's help of every subcommand of
   :func:`attnmt.cli.build_parser` (nested subcommands included).
 - ``architecture.md``: the marker ``<!-- module-table -->`` becomes a table of every module of
@@ -26,6 +26,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
+import annotated_types
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
@@ -69,6 +70,41 @@ def _type_name(annotation: Any) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
+def _bound(value: float) -> str:
+    from attnmt.ranges import number_text
+
+    return number_text(value)
+
+
+def _interval(metadata: list[Any]) -> str:
+    """Pydantic constraints as an interval: ``[0, 1)``, ``(0, 100]``; '' where there are none."""
+    low = high = None
+    flat = [c for m in metadata for c in (getattr(m, "metadata", None) or [m])]  # Field(...) inside Annotated
+    for m in flat:
+        if isinstance(m, annotated_types.Ge):
+            low = f"[{_bound(m.ge)}"
+        elif isinstance(m, annotated_types.Gt):
+            low = f"({_bound(m.gt)}"
+        elif isinstance(m, annotated_types.Le):
+            high = f"{_bound(m.le)}]"
+        elif isinstance(m, annotated_types.Lt):
+            high = f"{_bound(m.lt)})"
+    if low is None and high is None:
+        return ""
+    return f"{low or '(-inf'}, {high or 'inf)'}"
+
+
+def _range(field: Any) -> str:
+    """A number key's range as an interval, its items' for a list or tuple of numbers ('each
+    [0, 1)'); '' for other keys."""
+    own = _interval(field.metadata)
+    if own:
+        return own
+    items = [_interval(typing.get_args(a)[1:]) for a in typing.get_args(field.annotation)
+             if typing.get_origin(a) is typing.Annotated]
+    return f"each {items[0]}" if items and items[0] else ""
+
+
 def _default(field: Any) -> str:
     if field.default is PydanticUndefined and field.default_factory is None:
         return "required"
@@ -80,9 +116,9 @@ def _default(field: Any) -> str:
     return f"`{json.dumps(value)}`"
 
 
-def config_rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str, str]]:
-    """(dotted key, type, default, description) of every key under ``model``, nested sections and
-    list items (``data.train[].src``) included.
+def config_rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str, str, str]]:
+    """(dotted key, type, range, default, description) of every key under ``model``, nested
+    sections and list items (``data.train[].src``) included.
 
     Raises:
         ValueError: a key without a description.
@@ -101,7 +137,7 @@ def config_rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str
             wanted = " or ".join(str(v).lower() if isinstance(v, bool) else v for v in values)
             description += f" *(only with {opt_section}.{option}: {wanted})*"
         type_name = "section" if _models_in(field.annotation) == [field.annotation] else _type_name(field.annotation)
-        rows.append((key, type_name, _default(field), description))
+        rows.append((key, type_name, _range(field), _default(field), description))
         for sub in _models_in(field.annotation):
             is_list = typing.get_origin(field.annotation) is list or any(
                 typing.get_origin(a) is list for a in typing.get_args(field.annotation))
@@ -117,8 +153,8 @@ def config_reference() -> str:
     for name, field in Config.model_fields.items():
         (section,) = _models_in(field.annotation)
         out += [f"## {name}", "", _plain(section.__doc__ or field.description), "",
-                "| key | type | default | description |", "| --- | --- | --- | --- |"]
-        out += [f"| `{k}` | {t} | {d} | {desc} |" for k, t, d, desc in config_rows(section, f"{name}.")]
+                "| key | type | range | default | description |", "| --- | --- | --- | --- | --- |"]
+        out += [f"| `{k}` | {t} | {r} | {d} | {desc} |" for k, t, r, d, desc in config_rows(section, f"{name}.")]
         out.append("")
     return "\n".join(out)
 

@@ -4,8 +4,10 @@ web page).
 
 User mistakes (bad options, bad configuration, missing, malformed or unwritable files, a full
 disk) print one line to stderr, ``attnmt: error: ...``, and exit with status 2; no traceback
-(``-v`` adds it, as a debug message). Options are checked by their argparse types (counts must
-be positive, numbers finite) and outputs are checked to be writable before any work starts.
+(``-v`` adds it, as a debug message). Options are checked by their argparse types (every number
+has a range, shown in its help: counts from 1, finite numbers within the bounds of
+``attnmt.ranges`` that the configuration's keys share) and outputs are checked to be writable
+before any work starts.
 Programming errors (bugs) are not caught: they end with Python's traceback.
 
 Library: argparse (standard library), tqdm for progress bars.
@@ -24,19 +26,27 @@ import sys
 import time
 from pathlib import Path
 
+from attnmt import ranges
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER, DEFAULT_ATTENTION_LAYER
 from attnmt.errors import AttnmtError, WriteError
+from attnmt.ranges import C_INT_MAX, Range
 from attnmt.signals import Interrupted, StopSignals
 
 log = logging.getLogger("attnmt")
 
 
 
+# the port of `attnmt serve` (0, any free port, is not one: the server would say where it listens)
+PORT = Range(1, 65535, integer=True)
+# train-vectors: fastText's passes over the corpus and its minimum word count
+VECTOR_EPOCHS = Range(1, 1000, integer=True)
+MIN_COUNT = Range(1, C_INT_MAX, integer=True)
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer from 1 to ``C_INT_MAX`` (the largest count the engines'
-    libraries take: thread counts, beam sizes, batch sizes)."""
-    from attnmt.search.options import C_INT_MAX
-
+    libraries take: thread counts, beam sizes, batch sizes; the high end of
+    ``attnmt.ranges.BEAM_SIZE``, ``BATCH_SIZE`` and ``THREADS``)."""
     try:
         value = int(text)
     except ValueError:
@@ -55,23 +65,26 @@ def true_false(text: str) -> bool:
     return text.lower() == "true"
 
 
-def patience_float(text: str) -> float:
-    """argparse type: a finite number >= 1 (the patience factor of early stopping)."""
-    value = finite_float(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
-    return value
+def in_range(r: Range):
+    """An argparse type: a number of the range ``r`` (:class:`attnmt.ranges.Range`), else
+    argparse's one-line error 'argument --OPTION: VALUE is out of range: use ...'."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = int(text) if r.integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if r.integer else 'a number'}") from None
+        if not r.contains(value):
+            raise argparse.ArgumentTypeError(f"{value!r} is out of range: use {r.describe()}")
+        return value
+
+    parse.__name__ = "integer" if r.integer else "number"
+    return parse
 
 
-def finite_float(text: str) -> float:
-    """argparse type: a finite number (no nan or inf)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text} must be a finite number")
-    return value
+def range_help(r: Range) -> str:
+    """The range of an option for its help: '(1 to 65535)'."""
+    return f"({ranges.number_text(r.low)} to {ranges.number_text(r.high)})"
 
 
 def check_output_file(path: str | None, option: str) -> None:
@@ -703,9 +716,12 @@ def _setting(item: str) -> tuple[str, str]:
 
 def _add_decode_options(p: argparse.ArgumentParser) -> None:
     _add_model_options(p)
-    p.add_argument("--beam-size", type=positive_int, help="beam size K (1 = greedy); default from the model's config")
-    p.add_argument("--batch-size", type=positive_int, help="sentences per batch; default from the model's config")
-    p.add_argument("--length-penalty", type=finite_float, help="length penalty alpha; default from the model's config")
+    p.add_argument("--beam-size", type=in_range(ranges.BEAM_SIZE), help="beam size K (1 = greedy) "
+                   f"{range_help(ranges.BEAM_SIZE)}; default from the model's config")
+    p.add_argument("--batch-size", type=in_range(ranges.BATCH_SIZE), help="sentences per batch "
+                   f"{range_help(ranges.BATCH_SIZE)}; default from the model's config")
+    p.add_argument("--length-penalty", type=in_range(ranges.LENGTH_PENALTY),
+                   help=f"length penalty alpha {range_help(ranges.LENGTH_PENALTY)}; default from the model's config")
     p.add_argument("--tgt-lang", metavar="LANG", help="the language to translate into: required by a multilingual "
                    "model (one of its tokenizer.target_languages); a bilingual model's own target or nothing")
 
@@ -715,8 +731,9 @@ def _add_stopping_options(p: argparse.ArgumentParser) -> None:
                    help="beam search's stopping rule: true stops a sentence once beam size x patience hypotheses have "
                         "finished (CTranslate2's rule), false once no open hypothesis can win (exact); default from "
                         "the model's config (decode.early_stopping)")
-    p.add_argument("--patience", type=patience_float, metavar="P",
-                   help="with early stopping: wait for round(beam size x P) finished hypotheses, P >= 1 (default 1)")
+    p.add_argument("--patience", type=in_range(ranges.PATIENCE), metavar="P",
+                   help="with early stopping: wait for round(beam size x P) finished hypotheses, P from 1 to "
+                        f"{ranges.number_text(ranges.PATIENCE.high)} (default 1)")
 
 
 def _add_engine_options(p: argparse.ArgumentParser) -> None:
@@ -734,10 +751,12 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help="inference precision: fp32, bf16, or int8 (dynamic quantisation); default from the model's config")
     p.add_argument("--attention", choices=["explicit", "fused"],
                    help="attention kernel: the explicit formula or PyTorch's fused one; default from the model's config")
-    p.add_argument("--threads", type=positive_int, help="CPU threads per batch (default: PyTorch's; with "
+    p.add_argument("--threads", type=in_range(ranges.THREADS), help="CPU threads per batch "
+                   f"{range_help(ranges.THREADS)} (default: PyTorch's; with "
                    "--inter-threads N, the cores shared out among the N)")
-    p.add_argument("--inter-threads", type=positive_int, default=1, metavar="N",
-                   help="batches translated at the same time, each with --threads threads (default 1); on a small "
+    p.add_argument("--inter-threads", type=in_range(ranges.THREADS), default=1, metavar="N",
+                   help=f"batches translated at the same time {range_help(ranges.THREADS)}, each with --threads "
+                   "threads (default 1); on a small "
                    "CPU, --inter-threads 2 --threads 1 translates a file faster than --threads 2")
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps; default from the model's config (decode.device)")
 
@@ -791,14 +810,20 @@ def _add_distill_parser(sub) -> None:
                         "directory with --engine ctranslate2/onnxruntime")
     p.add_argument("--output", required=True, help="the student's run directory (distill/ holds the translations); "
                    "run the same command again to resume")
-    p.add_argument("--beam-size", type=positive_int, help="the teacher's beam size (default: its config's)")
-    p.add_argument("--batch-size", type=positive_int, help="sentences per teacher batch (default: its config's)")
-    p.add_argument("--length-penalty", type=finite_float, help="the teacher's length penalty (default: its config's)")
-    p.add_argument("--mix-original", type=finite_float, default=0.0, metavar="W",
-                   help="also train on the original targets with weight W in data.train (default 0: distilled only)")
-    p.add_argument("--threads", type=positive_int, help="CPU threads of the teacher per batch (default: PyTorch's)")
-    p.add_argument("--inter-threads", type=positive_int, default=1, metavar="N",
-                   help="teacher batches translated at the same time, each with --threads threads (default 1)")
+    p.add_argument("--beam-size", type=in_range(ranges.BEAM_SIZE),
+                   help=f"the teacher's beam size {range_help(ranges.BEAM_SIZE)} (default: its config's)")
+    p.add_argument("--batch-size", type=in_range(ranges.BATCH_SIZE),
+                   help=f"sentences per teacher batch {range_help(ranges.BATCH_SIZE)} (default: its config's)")
+    p.add_argument("--length-penalty", type=in_range(ranges.LENGTH_PENALTY),
+                   help=f"the teacher's length penalty {range_help(ranges.LENGTH_PENALTY)} (default: its config's)")
+    p.add_argument("--mix-original", type=in_range(Range(0.0, ranges.CORPUS_WEIGHT.high)), default=0.0, metavar="W",
+                   help="also train on the original targets with weight W in data.train, 0 to "
+                        f"{ranges.number_text(ranges.CORPUS_WEIGHT.high)} (default 0: distilled only)")
+    p.add_argument("--threads", type=in_range(ranges.THREADS),
+                   help=f"CPU threads of the teacher per batch {range_help(ranges.THREADS)} (default: PyTorch's)")
+    p.add_argument("--inter-threads", type=in_range(ranges.THREADS), default=1, metavar="N",
+                   help=f"teacher batches translated at the same time {range_help(ranges.THREADS)}, each with "
+                        "--threads threads (default 1)")
     p.add_argument("--device", help="device of the teacher and the student (default: each config's)")
     p.add_argument("--data-dir", help="directory holding the dataset (default: $ATTNMT_DATA)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -815,9 +840,12 @@ def _add_train_vectors_parser(sub) -> None:
     p.add_argument("config", help="YAML configuration (its data and tokenizer sections are used)")
     p.add_argument("--side", choices=["src", "tgt"], required=True, help="which side of the training corpus")
     p.add_argument("--output", required=True, help=".vec file to write")
-    p.add_argument("--dim", type=int, help="vector size (default: the configuration's model.d_model)")
-    p.add_argument("--epochs", type=int, default=5, help="training epochs over the corpus (default 5)")
-    p.add_argument("--min-count", type=int, default=1, help="ignore words seen fewer times (default 1)")
+    p.add_argument("--dim", type=in_range(ranges.WIDTH), help=f"vector size {range_help(ranges.WIDTH)} (default: "
+                   "the configuration's model.d_model)")
+    p.add_argument("--epochs", type=in_range(VECTOR_EPOCHS), default=5,
+                   help=f"training epochs over the corpus {range_help(VECTOR_EPOCHS)} (default 5)")
+    p.add_argument("--min-count", type=in_range(MIN_COUNT), default=1,
+                   help=f"ignore words seen fewer times {range_help(MIN_COUNT)} (default 1)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a configuration value")
     p.add_argument("--data-dir", help="local dataset directory (holding multi30k/); default $ATTNMT_DATA")
     p.set_defaults(func=cmd_train_vectors)
@@ -827,7 +855,7 @@ def _add_serve_parser(sub) -> None:
     p = sub.add_parser("serve", help="an HTTP translation API with dynamic batching, and a page showing attention")
     _add_model_options(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--port", type=in_range(PORT), default=8000, help=f"port {range_help(PORT)} (default 8000)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="a server limit, e.g. --set max_wait_ms=10 (docs/serving.md)")
     _add_stopping_options(p)
@@ -874,11 +902,13 @@ def _add_plot_curve_parsers(sub) -> None:
                        "heatmap and curves, or a model's (learned) tables")
     source = p.add_mutually_exclusive_group()
     source.add_argument("--model", help="a model directory: its positional encodings (learned: its trained tables)")
-    source.add_argument("--d-model", type=positive_int, default=512,
-                        help="without --model: the sinusoids for this d_model (default 512)")
+    source.add_argument("--d-model", type=in_range(ranges.WIDTH), default=512,
+                        help=f"without --model: the sinusoids for this d_model {range_help(ranges.WIDTH)} "
+                        "(default 512)")
     p.add_argument("--layout", choices=["interleaved", "halves"],
                    help="without --model: sines and cosines interleaved (the paper; default) or in halves")
-    p.add_argument("--max-len", type=positive_int, default=100, help="positions drawn (default 100)")
+    p.add_argument("--max-len", type=in_range(ranges.POSITIONS), default=100,
+                   help=f"positions drawn {range_help(ranges.POSITIONS)} (default 100)")
     p.add_argument("--output", required=True, help="PNG file")
     p.set_defaults(func=cmd_plot_positions)
 
@@ -912,7 +942,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", help="YAML configuration (its data and tokenizer sections)")
     p.add_argument("--output", required=True, help="directory to create")
     p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
-                   help="encoding processes (default: the CPU count)")
+                   help=f"encoding processes (1 to {C_INT_MAX}, at most the CPU count used; default: the CPU count)")
     p.add_argument("--tokenizers-from", metavar="MODEL_DIR",
                    help="use this model directory's tokenizers instead of training new ones (default: the "
                         "configuration's train.init_from, if any)")
@@ -932,7 +962,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", help="input file (plain or .gz); default stdin")
     _add_testset_options(p, "the source")
     p.add_argument("--output", help="output file; default stdout")
-    p.add_argument("--nbest", type=positive_int, default=1, help="hypotheses per sentence (<= beam size)")
+    p.add_argument("--nbest", type=positive_int, default=1, help="hypotheses per sentence (1 to the beam size)")
     p.add_argument("--scores", action="store_true", help="print scores and each token's probability")
     p.add_argument("--format", choices=["text", "jsonl"], default="text", help="output format")
     p.add_argument("--constraints", metavar="FILE",
@@ -941,7 +971,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alignments", action="store_true",
                    help="add each translation's word alignment: Moses 'i-j' pairs, source-target, 0-based words")
     p.add_argument("--alignment-layer", type=positive_int,
-                   help=f"decoder layer of the alignments, 1-based (default {DEFAULT_ALIGNMENT_LAYER})")
+                   help=f"decoder layer of the alignments, 1 to the model's layers (default {DEFAULT_ALIGNMENT_LAYER})")
     _add_stopping_options(p)
     _add_engine_options(p)
     p.set_defaults(func=cmd_translate)
@@ -955,7 +985,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sentence", nargs="?", help="a source sentence")
     p.add_argument("--input", help="a file of source sentences (then --output is a folder)")
     p.add_argument("--output", required=True, help="PNG file, or folder with --input")
-    p.add_argument("--layer", type=positive_int, help=f"layer, 1-based (default {DEFAULT_ATTENTION_LAYER})")
+    p.add_argument("--layer", type=positive_int,
+                   help=f"layer, 1 to the model's layers (default {DEFAULT_ATTENTION_LAYER})")
     p.add_argument("--self-attention", choices=["encoder", "decoder"], help="draw self-attention instead")
     p.set_defaults(func=cmd_plot_attention)
 

@@ -2,7 +2,10 @@
 
 A configuration file has five sections, each a model below: ``data``, ``tokenizer``, ``model``,
 ``train`` and ``decode``. Every section forbids unknown keys and checks types, so a typo such as
-``modle.d_model`` or ``d_model: big`` is an error naming the key, never silently ignored.
+``modle.d_model`` or ``d_model: big`` is an error naming the key, never silently ignored. Every
+number key has a range on both sides (its ``Field``'s bounds; those the command line and the
+server share, such as ``decode.length_penalty``, from :mod:`attnmt.ranges`), no float may be
+nan or inf, and a boolean is never a number (YAML's ``on`` for ``train.dropout_curriculum``).
 Rules between keys are checked once the whole configuration is read (``Config._consistent``),
 and a key that only matters to another key's value not in use (``train.t_mul`` under
 ``train.schedule: noam``: :data:`APPLIES_ONLY_TO`) is refused, naming that option. Every error
@@ -24,7 +27,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
+from attnmt import ranges
 from attnmt.errors import ConfigError
+from attnmt.ranges import C_INT_MAX, NoBooleanNumbers
 
 # yaml.safe_load's loader, in C (libyaml) where PyYAML was built with it: the same documents, a
 # faster start of every command that reads a configuration.
@@ -44,8 +49,10 @@ class KeyRuleError(ValueError):
         self.key = key
 
 
-class _Section(BaseModel):
+class _Section(NoBooleanNumbers):
     # allow_inf_nan=False: every float must be finite (an 'lr_factor: .inf' is an error, not a NaN model).
+    # Every number key has a range on both sides (Field's ge/gt and le, or a shared attnmt.ranges.Range),
+    # and a boolean is never a number (NoBooleanNumbers).
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
@@ -60,16 +67,16 @@ class CorpusEntry(_Section):
     src: str = Field(description="source-side file (plain or gzip), line-aligned with tgt; ~ and $VARIABLES are "
                      "expanded ($ATTNMT_DATA/multi30k/train.cs.gz)")
     tgt: str = Field(description="target-side file (plain or gzip)")
-    weight: float = Field(1.0, gt=0, description="how many times an epoch samples each pair of this corpus: 1 "
-                          "once, 2 twice, 0.5 a random half drawn anew every epoch (fractions sampled without "
-                          "replacement, seeded by train.seed and the epoch)")
+    weight: float = Field(1.0, **ranges.CORPUS_WEIGHT.bounds(), description="how many times an epoch samples each pair "
+                          "of this corpus: 1 once, 2 twice, 0.5 a random half drawn anew every epoch (fractions "
+                          "sampled without replacement, seeded by train.seed and the epoch)")
     src_lang: str | None = Field(None, pattern=LANGUAGE, description="language code of the source side (default "
                                  "from data.pair)")
     tgt_lang: str | None = Field(None, pattern=LANGUAGE, description="language code of the target side (default "
                                  "from data.pair); corpora with different ones make a multilingual model, whose "
                                  "sources start with a tag of the target language (attnmt.languages)")
-    max_pairs: int | None = Field(None, gt=0, strict=True, description="read only the first N pairs of the "
-                                  "files (None: all), e.g. to train a low-resource direction on a subset")
+    max_pairs: int | None = Field(None, gt=0, le=C_INT_MAX, strict=True, description="read only the first N pairs of "
+                                  "the files (None: all), e.g. to train a low-resource direction on a subset")
 
 
 class ValidEntry(_Section):
@@ -87,7 +94,7 @@ class FilterConfig(_Section):
     in the prepared directory's manifest."""
 
     max_length_ratio: float | None = Field(
-        None, gt=1.0, description="drop a pair unless longer side / shorter side (subwords) is below this "
+        None, gt=1.0, le=1000.0, description="drop a pair unless longer side / shorter side (subwords) is below this "
         "(opusfilter's LengthRatioFilter, counted in subwords); None: off, as in fairseq and Marian")
     dedup: bool = Field(False, description="drop a pair whose exact (source, target) text was seen before "
                         "(64-bit hash of the pair); off by default")
@@ -109,7 +116,7 @@ class DataConfig(_Section):
     pairs: list[str] | None = Field(
         None, description="several language pairs of the dataset in one multilingual model, e.g. [de-en, en-de, "
         "fr-en, en-fr]: one training corpus and one validation set per pair (instead of data.pair)")
-    max_pairs: dict[str, Annotated[int, Field(gt=0, strict=True)]] | None = Field(
+    max_pairs: dict[str, Annotated[int, Field(gt=0, le=C_INT_MAX, strict=True)]] | None = Field(
         None, description="with data.dataset: read only the first N pairs of a direction's training split, by "
         "direction, e.g. {cs-en: 3000} to train a low-resource direction on a subset; the directions not named "
         "are read whole, and validation sets are not cut (data.valid_max_sentences does that)")
@@ -130,13 +137,14 @@ class DataConfig(_Section):
     valid: list[ValidEntry] | None = Field(
         None, description="several validation sets, one per direction of a multilingual model "
         "(instead of valid_src/valid_tgt): [{src, tgt, src_lang, tgt_lang}, ...]")
-    sampling_temperature: float = Field(
-        1.0, gt=0, description="temperature T of the sampling of several corpora (Arivazhagan et al., 2019): corpus "
-        "c is drawn in proportion to (its pairs x weight) ** (1/T); 1 keeps their sizes' proportions, larger T "
-        "flattens them towards uniform (they used 5)")
-    max_len: int = Field(100, gt=0, description="drop training and validation pairs longer than this (subword "
-                         "tokens)")
-    valid_max_sentences: int | None = Field(None, gt=0, description="use only the first N validation pairs")
+    sampling_temperature: float = Field(1.0, gt=0, le=100.0, description="temperature T of the sampling of several "
+                                        "corpora (Arivazhagan et al., 2019): corpus c is drawn in proportion to (its "
+                                        "pairs x weight) ** (1/T); 1 keeps their sizes' proportions, larger T flattens "
+                                        "them towards uniform (they used 5)")
+    max_len: int = Field(100, gt=0, le=ranges.POSITIONS.high, description="drop training and validation pairs longer "
+                         "than this (subword tokens)")
+    valid_max_sentences: int | None = Field(None, gt=0, le=C_INT_MAX, description="use only the first N validation "
+                                            "pairs")
     filter: FilterConfig = Field(default_factory=FilterConfig, description="optional corpus filters (off by "
                                  "default)")
 
@@ -192,19 +200,21 @@ class TokenizerConfig(_Section):
     model_type: Literal["unigram", "bpe"] = Field(
         "unigram", description="SentencePiece algorithm: unigram language model (Kudo, 2018) or BPE (Sennrich et al., "
         "2016)")
-    vocab_size: int = Field(8000, gt=8, description="SentencePiece pieces (per model)")
+    vocab_size: int = Field(8000, gt=8, le=2**20, description="SentencePiece pieces (per model)")
     joint: bool = Field(True, description="one SentencePiece model and vocabulary for both languages (needed by "
                         "model.share_embeddings); false: one per side (kind word needs false)")
     character_coverage: float = Field(1.0, gt=0.0, le=1.0, description="share of the training characters "
                                       "SentencePiece keeps as pieces; the rarest others become <unk>")
-    max_sentences: int = Field(400_000, gt=0, description="SentencePiece trains on a seeded random sample of at "
-                               "most this many non-empty lines (per side, then in all for a joint model; reservoir "
-                               "sampling in one pass). Its memory grows with the sample's characters: about 1.6 KiB "
-                               "a line of 70 characters (the unigram trainer's suffix array), so the default keeps "
-                               "preparation under 1 GB; a larger vocabulary may want more lines")
+    max_sentences: int = Field(400_000, gt=0, le=C_INT_MAX, description="SentencePiece trains on a seeded random "
+                               "sample of at most this many non-empty lines (per side, then in all for a joint model; "
+                               "reservoir sampling in one pass). Its memory grows with the sample's characters: about "
+                               "1.6 KiB a line of 70 characters (the unigram trainer's suffix array), so the default "
+                               "keeps preparation under 1 GB; a larger vocabulary may want more lines")
     lowercase: bool = Field(False, description="kind word: lowercase the text before tokenizing")
-    min_freq: int = Field(1, gt=0, description="kind word: keep words seen at least this often in training")
-    max_vocab: int | None = Field(None, gt=0, description="kind word: keep at most this many words, most frequent first")
+    min_freq: int = Field(1, gt=0, le=C_INT_MAX, description="kind word: keep words seen at least this often in "
+                                                             "training")
+    max_vocab: int | None = Field(None, gt=0, le=2**20, description="kind word: keep at most this many words, most "
+                                                                    "frequent first")
     token_filter: Literal["none", "alpha_punct"] = Field(
         "none", description="kind word: 'alpha_punct' drops every token that is not alphabetic, '.' or ','")
     require_vectors: bool = Field(
@@ -224,11 +234,13 @@ class TokenizerConfig(_Section):
 class ModelConfig(_Section):
     """The Transformer's hyper-parameters (Vaswani et al., 2017, Table 3; base: 512/8/2048/6)."""
 
-    d_model: int = Field(512, gt=0, description="width of embeddings and of every sub-layer's output (paper: 512)")
-    num_heads: int = Field(8, gt=0, description="attention heads per multi-head attention (paper: 8)")
-    d_ff: int = Field(2048, gt=0, description="inner width of the position-wise feed-forward network (paper: 2048)")
-    num_encoder_layers: int = Field(6, gt=0, description="encoder layers N (paper: 6)")
-    num_decoder_layers: int = Field(6, gt=0, description="decoder layers N (paper: 6)")
+    d_model: int = Field(512, **ranges.WIDTH.bounds(), description="width of embeddings and of every sub-layer's "
+                                                                   "output (paper: 512)")
+    num_heads: int = Field(8, gt=0, le=1024, description="attention heads per multi-head attention (paper: 8)")
+    d_ff: int = Field(2048, **ranges.WIDTH.bounds(), description="inner width of the position-wise feed-forward "
+                                                                 "network (paper: 2048)")
+    num_encoder_layers: int = Field(6, gt=0, le=1024, description="encoder layers N (paper: 6)")
+    num_decoder_layers: int = Field(6, gt=0, le=1024, description="decoder layers N (paper: 6)")
     dropout: float = Field(0.1, ge=0.0, lt=1.0, description="P_drop on sub-layer outputs and embeddings")
     attention_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on attention weights")
     activation_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout inside the feed-forward")
@@ -236,14 +248,15 @@ class ModelConfig(_Section):
     positional: Literal["sinusoidal", "learned"] = Field(
         "sinusoidal", description="positional encodings: the fixed sinusoids of section 3.5, or a learned table "
         "(one trained vector per position)")
-    max_positions: int = Field(1024, gt=0, description="longest sequence the positional encodings cover (tokens, "
-                               "EOS included)")
+    max_positions: int = Field(1024, **ranges.POSITIONS.bounds(), description="longest sequence the positional "
+                               "encodings cover (tokens, EOS included)")
     share_embeddings: bool = Field(False, description="one embedding for source and target (joint vocab)")
     tie_output: bool = Field(True, description="output projection shares the target embedding (sec. 3.4)")
     output_bias: bool = Field(False, description="a learned bias on the logits; the paper has none")
     activation: Literal["relu", "swish", "gelu"] = Field(
         "relu", description="feed-forward activation; the paper's is relu (equation 2)")
-    layer_norm_eps: float = Field(1e-5, gt=0.0, description="epsilon of every LayerNorm (PyTorch's default 1e-5)")
+    layer_norm_eps: float = Field(1e-5, gt=0.0, le=1.0, description="epsilon of every LayerNorm (PyTorch's default "
+                                                                    "1e-5)")
     pre_post_norm: bool = Field(
         False, description="LayerNorm before each sub-layer and again after the residual, "
         "LN(x + Dropout(Sublayer(LN(x)))); excludes norm_first; the paper is post-norm")
@@ -252,9 +265,8 @@ class ModelConfig(_Section):
     scale_embeddings: bool = Field(True, description="multiply embeddings by sqrt(d_model) (the paper, section 3.4)")
     positional_scale: bool = Field(
         False, description="a trainable scalar per side (initialised to 1) multiplying the positional encodings")
-    head_dim: int | None = Field(
-        None, gt=0, description="size of each head's projections (num_heads * head_dim wide); None: d_model / "
-        "num_heads as in the paper")
+    head_dim: int | None = Field(None, **ranges.WIDTH.bounds(), description="size of each head's projections "
+                                 "(num_heads * head_dim wide); None: d_model / num_heads as in the paper")
     attention_bias: bool = Field(True, description="biases in the attention projections (False: bias-free)")
     ffn_output_activation: bool = Field(
         False, description="apply the activation after the feed-forward's second layer too; the paper does not")
@@ -274,9 +286,10 @@ class ModelConfig(_Section):
         "interleaved", description="sinusoid layout: sin and cos interleaved on even and odd dimensions "
         "(the paper, section 3.5), or all sines in the first half and all cosines in the second (tensor2tensor, "
         "MarianMT, CTranslate2)")
-    decoder_start_id: int = Field(2, ge=0, description="the id fed to the decoder first: BOS (2) in attnmt's "
-                                  "vocabularies; an imported MarianMT model starts from its pad token (0)")
-    forbidden_ids: list[int] = Field(
+    decoder_start_id: int = Field(2, ge=0, le=C_INT_MAX, description="the id fed to the decoder first: BOS (2) in "
+                                                                     "attnmt's vocabularies; an imported MarianMT "
+                                                                     "model starts from its pad token (0)")
+    forbidden_ids: list[Annotated[int, Field(ge=0, le=C_INT_MAX)]] = Field(
         default_factory=list, description="ids search never outputs: their log-probability is set to -inf after "
         "the log-softmax (the others are not renormalised); none in the paper, MarianMT forbids its pad token")
 
@@ -296,33 +309,36 @@ class ModelConfig(_Section):
 class TrainConfig(_Section):
     """Optimisation (paper section 5): Adam, the warmup schedule, label smoothing, batching."""
 
-    seed: int = Field(1, description="seed of initialisation, batch order and dropout; the same seed and data "
-                      "give the same run")
-    batch_tokens: int = Field(4096, gt=0, description="padded tokens per batch (sentences x longest side)")
-    accum_steps: int = Field(1, gt=0, description="batches per process accumulated into one update; an update "
-                             "takes accum_steps x processes batches")
+    seed: int = Field(1, ge=0, le=2**32 - 1, description="seed of initialisation, batch order and dropout; the same "
+                                                         "seed and data give the same run")
+    batch_tokens: int = Field(4096, gt=0, le=C_INT_MAX, description="padded tokens per batch (sentences x longest "
+                                                                    "side)")
+    accum_steps: int = Field(1, gt=0, le=C_INT_MAX, description="batches per process accumulated into one update; an "
+                                                                "update takes accum_steps x processes batches")
     ddp_overlap: bool | None = Field(None, description="under torchrun: average the gradients during the backward "
                                      "pass with DistributedDataParallel (faster; each process holds a second, "
                                      "gradient-sized buffer) instead of all-reducing them after it; None: on CUDA "
                                      "only")
-    max_steps: int | None = Field(None, gt=0, description="stop after this many updates (None: no limit)")
-    max_epochs: int | None = Field(None, gt=0, description="stop after this many passes over the training data "
-                                   "(None: no limit)")
-    max_minutes: float | None = Field(None, gt=0, description="wall-clock budget; stop cleanly after it")
-    batch_sentences: int | None = Field(
-        None, gt=0, description="sentences per batch; when set, batches are counted in sentences, not batch_tokens")
+    max_steps: int | None = Field(None, gt=0, le=C_INT_MAX, description="stop after this many updates (None: no limit)")
+    max_epochs: int | None = Field(None, gt=0, le=C_INT_MAX, description="stop after this many passes over the "
+                                   "training data (None: no limit)")
+    max_minutes: float | None = Field(None, gt=0, le=10**7, description="wall-clock budget; stop cleanly after it")
+    batch_sentences: int | None = Field(None, gt=0, le=C_INT_MAX, description="sentences per batch; when set, batches "
+                                        "are counted in sentences, not batch_tokens")
     schedule: Literal["noam", "constant", "inverse_sqrt", "cosine_restarts", "time_budget"] = Field(
         "noam", description="noam: paper eq. 3; constant; inverse_sqrt; cosine_restarts: SGDR (Loshchilov and "
         "Hutter, 2017) as TF's CosineDecayRestarts; time_budget: warmup and decay over the fraction of "
         "max_minutes used, fitted to the measured update rate (or of max_steps, where that ends first)")
-    lr: float = Field(1e-3, gt=0, description="peak rate for constant/inverse_sqrt/time_budget, initial rate for "
-                      "cosine_restarts")
-    lr_factor: float = Field(1.0, gt=0, description="'factor' of the noam schedule")
-    warmup_steps: int = Field(4000, ge=0, description="noam, constant, inverse_sqrt: updates of linear warmup "
-                              "(paper: 4000)")
-    first_decay_steps: int = Field(1000, gt=0, description="cosine_restarts: updates in the first period")
-    t_mul: float = Field(2.0, gt=0, description="cosine_restarts: each period is t_mul times the previous one")
-    m_mul: float = Field(1.0, gt=0, description="cosine_restarts: each restart's rate is m_mul times the previous")
+    lr: float = Field(1e-3, gt=0, le=100.0, description="peak rate for constant/inverse_sqrt/time_budget, initial rate "
+                                                        "for cosine_restarts")
+    lr_factor: float = Field(1.0, gt=0, le=100.0, description="'factor' of the noam schedule")
+    warmup_steps: int = Field(4000, ge=0, le=C_INT_MAX, description="noam, constant, inverse_sqrt: updates of linear "
+                                                                    "warmup (paper: 4000)")
+    first_decay_steps: int = Field(1000, gt=0, le=C_INT_MAX, description="cosine_restarts: updates in the first period")
+    t_mul: float = Field(2.0, gt=0, le=100.0, description="cosine_restarts: each period is t_mul times the previous "
+                         "one")
+    m_mul: float = Field(1.0, gt=0, le=1.0, description="cosine_restarts: each restart's rate is m_mul times the "
+                         "previous (at most 1: a rate growing m_mul^i over i restarts would overflow)")
     alpha: float = Field(0.0, ge=0.0, le=1.0, description="cosine_restarts: the floor, as a fraction of the rate")
     warmup_fraction: float = Field(
         0.2, gt=0.0, lt=1.0, description="time_budget: share of max_minutes spent warming up")
@@ -342,8 +358,8 @@ class TrainConfig(_Section):
                                     "checkpoints/epoch_N.safetensors")
     adam_betas: tuple[Annotated[float, Field(ge=0.0, lt=1.0)], Annotated[float, Field(ge=0.0, lt=1.0)]] = Field(
         (0.9, 0.98), description="adam: beta1 and beta2 (paper: 0.9, 0.98)")
-    adam_eps: float = Field(1e-9, gt=0, description="adam: epsilon (paper: 1e-9)")
-    weight_decay: float = Field(0.0, ge=0.0, description="L2 penalty added to the gradients by the optimizer "
+    adam_eps: float = Field(1e-9, gt=0, le=1.0, description="adam: epsilon (paper: 1e-9)")
+    weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="L2 penalty added to the gradients by the optimizer "
                                 "(torch.optim's weight_decay); the paper has none")
     label_smoothing: float = Field(0.1, ge=0.0, lt=1.0, description="epsilon_ls of label smoothing (paper section "
                                    "5.4: 0.1)")
@@ -352,36 +368,37 @@ class TrainConfig(_Section):
         "sentences again with a segmentation sampled by SentencePiece, a new one each time a sentence is seen and the "
         "same ones on resume; a unigram model samples P(x)^alpha (Kudo: 0.1 to 0.5), a bpe model drops merges with "
         "probability alpha (BPE-dropout, Provilkov et al., 2020: 0.1); null: the prepared segmentation")
-    subword_nbest: int = Field(-1, ge=-1, description="with subword_alpha on a unigram model: sample among the n "
-                               "best segmentations (n >= 2), or among all of them (-1: forward-filtering and "
-                               "backward-sampling, Kudo's l = infinity)")
-    dropout_curriculum: int = Field(
-        0, ge=0, description="curriculum dropout (Morerio et al., 2017): each dropout probability of the model "
-        "section grows from 0 as p * (1 - exp(-step / N)), N this many updates (0.63 p after N, 0.95 p after 3N), "
-        "so early updates learn without the noise and later ones get the whole p; the same rates on resume; "
-        "0: constant p")
-    clip_norm: float | None = Field(1.0, gt=0, description="clip the gradient's global L2 norm to this (None: no "
-                                    "clipping, as in the paper)")
+    subword_nbest: int = Field(-1, ge=-1, le=1000, description="with subword_alpha on a unigram model: sample among "
+                                                               "the n best segmentations (n >= 2), or among all of "
+                                                               "them (-1: forward-filtering and backward-sampling, "
+                                                               "Kudo's l = infinity)")
+    dropout_curriculum: int = Field(0, ge=0, le=C_INT_MAX, description="curriculum dropout (Morerio et al., 2017): "
+                                    "each dropout probability of the model section grows from 0 as p * (1 - exp(-step "
+                                    "/ N)), N this many updates (0.63 p after N, 0.95 p after 3N), so early updates "
+                                    "learn without the noise and later ones get the whole p; the same rates on resume; "
+                                    "0: constant p")
+    clip_norm: float | None = Field(1.0, gt=0, le=1e6, description="clip the gradient's global L2 norm to this (None: "
+                                                                   "no clipping, as in the paper)")
     precision: Literal["fp32", "bf16", "fp16"] = Field(
         "fp32", description="fp32; bf16 autocast (CPUs with fast bfloat16, CUDA); fp16 autocast with loss scaling "
         "(CUDA only, fp32 elsewhere); the paper trained in float32")
     device: str = Field("auto", pattern=DEVICE_NAME, description="auto (CUDA, then MPS, then CPU), cpu, cuda, "
                         "cuda:N or mps; under torchrun 'cuda' is the GPU of the process's LOCAL_RANK")
-    num_threads: int | None = Field(None, gt=0, description="CPU threads of PyTorch (None: its default, one per "
-                                    "core)")
+    num_threads: int | None = Field(None, **ranges.THREADS.bounds(), description="CPU threads of PyTorch (None: its "
+                                    "default, one per core)")
     compile: bool = Field(False, description="speed switch: the training step's encoder and decoder stack through "
                           "torch.compile (inductor, dynamic shapes; dropout draws stay PyTorch's own, so a seed gives "
                           "the eager run's masks); the compile time counts against max_minutes; false: eager")
-    valid_every: int = Field(1000, gt=0, description="validate every N updates")
+    valid_every: int = Field(1000, gt=0, le=C_INT_MAX, description="validate every N updates")
     valid_bleu: bool = Field(True, description="validation also translates (greedy) and scores BLEU and chrF; the "
                              "best model is chosen by BLEU, else by validation loss")
-    log_every: int = Field(100, gt=0, description="log the training loss and speed every N updates")
-    average_last: int = Field(0, ge=0, description="average the last N validation checkpoints at the end")
-    stop_patience: int | None = Field(None, gt=0, description="stop after N validations without improvement")
-    max_nonfinite_updates: int = Field(
-        5, gt=0, description="an update whose loss or gradient norm is not finite is skipped (counted and logged); "
-        "after this many in a row training stops with an error, keeping a resumable checkpoint of the last "
-        "finite state")
+    log_every: int = Field(100, gt=0, le=C_INT_MAX, description="log the training loss and speed every N updates")
+    average_last: int = Field(0, ge=0, le=C_INT_MAX, description="average the last N validation checkpoints at the end")
+    stop_patience: int | None = Field(None, gt=0, le=C_INT_MAX, description="stop after N validations without "
+                                      "improvement")
+    max_nonfinite_updates: int = Field(5, gt=0, le=C_INT_MAX, description="an update whose loss or gradient norm is "
+                                       "not finite is skipped (counted and logged); after this many in a row training "
+                                       "stops with an error, keeping a resumable checkpoint of the last finite state")
     init_from: str | None = Field(
         None, description="fine-tune: start from this attnmt model directory (trained, or imported with 'attnmt "
         "import marian'): its weights, its tokenizer(s) and vocabulary, its model section (and its decode section "
@@ -408,22 +425,26 @@ DEFAULT_ALIGNMENT_LAYER = 3
 class DecodeConfig(_Section):
     """Search defaults (beam search with the GNMT length penalty, Wu et al., 2016, eq. 14)."""
 
-    beam_size: int = Field(5, gt=0, description="beam width (1: greedy search; paper: 4)")
-    length_penalty: float = Field(0.6, description="alpha in ((k + |Y|) / (k + 1))^alpha")
-    length_penalty_k: float = Field(5.0, ge=0.0, description="k of the gnmt length penalty (Wu et al.: 5)")
+    beam_size: int = Field(5, **ranges.BEAM_SIZE.bounds(), description="beam width (1: greedy search; paper: 4)")
+    length_penalty: float = Field(0.6, **ranges.LENGTH_PENALTY.bounds(), description="alpha in ((k + |Y|) / (k + "
+                                  "1))^alpha")
+    length_penalty_k: float = Field(5.0, **ranges.LENGTH_PENALTY_K.bounds(), description="k of the gnmt length penalty "
+                                    "(Wu et al.: 5)")
     length_penalty_type: Literal["gnmt", "average"] = Field(
         "gnmt", description="gnmt: log P / ((k + |Y|) / (k + 1))^alpha; average: log P / |Y| (|Y| with EOS), the mean "
         "log-probability per token, OpenNMT-py's 'avg' and CTranslate2's default")
-    max_len_a: float = Field(1.5, ge=0.0, description="max output length = a * source length + b (tokens, EOS "
-                             "included); every search ends a hypothesis that reaches it there, without EOS")
-    max_len_b: int = Field(10, ge=0, description="b of the output length limit a * source length + b (tokens)")
+    max_len_a: float = Field(1.5, **ranges.MAX_LEN_A.bounds(), description="max output length = a * source length + b "
+                             "(tokens, EOS included); every search ends a hypothesis that reaches it there, without "
+                             "EOS")
+    max_len_b: int = Field(10, **ranges.MAX_LEN_B.bounds(), description="b of the output length limit a * source "
+                           "length + b (tokens)")
     early_stopping: bool = Field(
         False, description="beam search's stopping rule: true stops a sentence once round(beam_size x patience) "
         "hypotheses have finished (CTranslate2's and fairseq's rule); false is exact stopping, once no open "
         "hypothesis can beat the nbest finished ones (greedy search is the same under both)")
-    patience: float = Field(1.0, ge=1.0, description="with early_stopping: wait for round(beam_size x patience) "
-                            "finished hypotheses (Kasai et al., 2022)")
-    batch_size: int = Field(128, gt=0, description="sentences per search batch")
+    patience: float = Field(1.0, **ranges.PATIENCE.bounds(), description="with early_stopping: wait for "
+                            "round(beam_size x patience) finished hypotheses (Kasai et al., 2022)")
+    batch_size: int = Field(128, **ranges.BATCH_SIZE.bounds(), description="sentences per search batch")
     precision: Literal["fp32", "bf16", "int8"] = Field(
         "fp32", description="inference precision: float32, bfloat16, or int8 (linear layers dynamically quantised "
         "to int8, CPU only)")
@@ -547,6 +568,22 @@ def key_lines(text: str) -> dict[str, int]:
     return lines
 
 
+# pydantic's bound of a number field, in words: 'must be at most 10'
+_BOUND_WORDS = {"le": "at most", "lt": "below", "ge": "at least", "gt": "above"}
+
+
+def _out_of_range(e: dict) -> str | None:
+    """A number outside its field's range as 'VALUE is out of range: must be at most N', else None."""
+    ctx = e.get("ctx") or {}
+    value = e["input"] if isinstance(e["input"], str) else repr(e["input"])  # YAML reads 1e6 as a string
+    for name, words in _BOUND_WORDS.items():
+        if name in ctx and e["type"].startswith(("less_than", "greater_than")):
+            return f"{value} is out of range: must be {words} {ranges.number_text(ctx[name])}"
+    if e["type"] in ("finite_number", "int_parsing_size"):  # nan, inf; a float too large for an int
+        return f"{value} is out of range: must be a finite number"
+    return None
+
+
 def _format_validation_error(err: ValidationError, origin: str, lines: dict[str, int] | None = None) -> str:
     """One line: ``ORIGIN[:LINE]: invalid configuration: key: problem; ...``, LINE being that of the
     first erring key found in the file."""
@@ -559,7 +596,8 @@ def _format_validation_error(err: ValidationError, origin: str, lines: dict[str,
         else:  # a list entry's index as data.train[2].max_pairs
             key = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in e["loc"]
                           if not (isinstance(x, str) and x.startswith("function-"))).lstrip(".")
-            msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
+            msg = "unknown key" if e["type"] == "extra_forbidden" else (
+                _out_of_range(e) or e["msg"].removeprefix("Value error, "))
             parts.append(f"{key}: {msg}" if key else msg)
         found = re.sub(r"\[\d+\].*", "", key)  # key_lines knows mapping keys: data.train for data.train[2].src
         if where is None and lines and (key in lines or found in lines):

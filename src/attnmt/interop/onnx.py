@@ -184,6 +184,7 @@ def _providers(ort, device: str) -> tuple[list, str]:
 
     Raises:
         ConfigError: CUDA asked for without CUDAExecutionProvider, or another device.
+        ValueError: a CUDA device index past a C int (ONNX Runtime's ``device_id``).
     """
     has_cuda = "CUDAExecutionProvider" in ort.get_available_providers()
     if device == "cpu" or (device == "auto" and not has_cuda):
@@ -191,7 +192,7 @@ def _providers(ort, device: str) -> tuple[list, str]:
     if device == "auto" or device == "cuda" or device.startswith("cuda:"):
         if not has_cuda:
             raise ConfigError(f"device {device}: this onnxruntime has no CUDAExecutionProvider (pip install onnxruntime-gpu)")
-        index = int(device.partition(":")[2] or 0)
+        index = check_count(int(device.partition(":")[2] or 0), f"device {device}: the CUDA device index", low=0)
         return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"], f"cuda:{index}"
     raise ConfigError(f"the onnxruntime engine runs on cpu or cuda[:N], not {device}")
 

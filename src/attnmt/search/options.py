@@ -13,21 +13,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from attnmt import ranges
 from attnmt.data.tokenizers import EOS_ID
+from attnmt.ranges import C_INT_MAX, Range
 from attnmt.search.hypothesis import Hypothesis
 
 LENGTH_PENALTY_TYPES = ("gnmt", "average")
 
-# The largest count an engine's library takes: CTranslate2's and ONNX Runtime's thread counts and
-# PyTorch's ``set_num_threads`` are C ints, and a beam size, hypothesis count or length limit past
-# it is no search any machine can hold (CTranslate2's size_t arguments refuse more than 2**64 - 1).
-C_INT_MAX = 2**31 - 1
-
 
 def check_count(value: Any, name: str, low: int = 1, high: int = C_INT_MAX) -> int:
     """``value`` when it is a whole number in [low, high], the range the engines' libraries take
-    (:data:`C_INT_MAX`), so that a huge number ends in one line naming it rather than in the
-    library's TypeError, OverflowError or an allocation that cannot succeed.
+    (:data:`attnmt.ranges.C_INT_MAX`), so that a huge number ends in one line naming it rather
+    than in the library's TypeError, OverflowError or an allocation that cannot succeed.
 
     Args:
         name: how the user gave it, e.g. 'beam_size' (a config key or request field) or 'threads'.
@@ -35,18 +32,14 @@ def check_count(value: Any, name: str, low: int = 1, high: int = C_INT_MAX) -> i
         ValueError: not an integer (a bool is not one), or outside [low, high]; the message names
             ``name``, the value and the range.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= high:
-        raise ValueError(f"{name} {value!r} is out of range: use a whole number from {low} to {high}")
-    return int(value)
+    return Range(low, high, integer=True).check(value, name)
 
 
 def check_real(value: Any, name: str, low: float = 0.0, high: float = C_INT_MAX) -> float:
     """``value`` when it is a finite number in [low, high] (a length factor, penalty or patience
     that the engines turn into lengths and counts). Raises ValueError naming ``name`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value)
-                                                                             and low <= value <= high):
-        raise ValueError(f"{name} {value!r} is out of range: use a finite number from {low:g} to {high:g}")
-    return float(value)
+    return Range(low, high).check(value, name)
+
 
 # Options every engine must honour; the others are features an engine may lack (see
 # ``SearchOptions.requested`` and ``attnmt.decode.engine.check_supported``).
@@ -122,10 +115,10 @@ class SearchOptions:
         sentence. None = no streaming.
 
     Raises:
-        ValueError: beam_size outside [1, C_INT_MAX], nbest outside [1, beam_size], an unknown
-            length_penalty_type, length limits or k negative, not finite or over C_INT_MAX, a
-            length penalty that is not finite, a patience below 1 (or not finite, or one whose
-            ``round(beam_size x patience)`` is over C_INT_MAX), or a patience other than 1
+        ValueError: a number outside its range of :mod:`attnmt.ranges` (beam_size, the length
+            limits, length_penalty and length_penalty_k, patience; a bool is no number), nbest
+            outside [1, beam_size], an unknown length_penalty_type, a patience whose
+            ``round(beam_size x patience)`` is over C_INT_MAX, or a patience other than 1
             without early stopping. The message names the field.
     """
 
@@ -144,21 +137,17 @@ class SearchOptions:
     on_step: Callable[[int, list[int]], bool] | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.beam_size, numbers.Integral) and self.beam_size < 1:
-            raise ValueError(f"beam_size must be at least 1, got {self.beam_size}")
-        check_count(self.beam_size, "beam_size")
-        if not (isinstance(self.nbest, numbers.Integral) and 1 <= self.nbest <= self.beam_size):
+        ranges.BEAM_SIZE.check(self.beam_size, "beam_size")
+        if isinstance(self.nbest, bool) or not (isinstance(self.nbest, numbers.Integral)
+                                                and 1 <= self.nbest <= self.beam_size):
             raise ValueError(f"nbest ({self.nbest}) must be between 1 and the beam size ({self.beam_size})")
         if self.length_penalty_type not in LENGTH_PENALTY_TYPES:
             raise ValueError(f"unknown length_penalty_type {self.length_penalty_type!r}; use gnmt or average")
-        if self.max_len_a < 0 or self.max_len_b < 0 or self.length_penalty_k < 0:
-            raise ValueError("max_len_a, max_len_b and length_penalty_k must not be negative")
-        check_real(self.max_len_a, "max_len_a")
-        check_count(self.max_len_b, "max_len_b", low=0)
-        check_real(self.length_penalty_k, "length_penalty_k")
-        check_real(self.length_penalty, "length_penalty", low=-C_INT_MAX)
-        if not (math.isfinite(self.patience) and self.patience >= 1):
-            raise ValueError(f"patience must be a number >= 1, got {self.patience}")
+        ranges.MAX_LEN_A.check(self.max_len_a, "max_len_a")
+        ranges.MAX_LEN_B.check(self.max_len_b, "max_len_b")
+        ranges.LENGTH_PENALTY_K.check(self.length_penalty_k, "length_penalty_k")
+        ranges.LENGTH_PENALTY.check(self.length_penalty, "length_penalty")
+        ranges.PATIENCE.check(self.patience, "patience")
         if self.early_stopping and self.beam_size * self.patience + 0.5 >= C_INT_MAX + 1:  # floats: cannot overflow
             raise ValueError(f"patience {self.patience} is out of range: round(beam_size x patience) finished "
                              f"hypotheses must be at most {C_INT_MAX} (beam_size {self.beam_size})")

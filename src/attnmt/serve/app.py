@@ -49,10 +49,13 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, HTTPException
-from fastapi.responses import HTMLResponse, Response
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette.sse import EventSourceResponse
 
+from attnmt import ranges
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER, DEFAULT_ATTENTION_LAYER
 from attnmt.decode.alignment import format_alignment
 from attnmt.decode.engine import UnsupportedOption, check_supported
@@ -63,6 +66,7 @@ from attnmt.serve.batcher import Closed, DynamicBatcher, Job, QueueFull
 from attnmt.serve.metrics import ServeMetrics
 from attnmt.serve.settings import ServeSettings
 from attnmt.serve.stream import StreamJob
+from attnmt.train.metrics import finite_or_none
 
 if TYPE_CHECKING:  # tensors only where the native engine returns attention: a CTranslate2 server runs without PyTorch
     import torch
@@ -76,18 +80,21 @@ STREAM_PATH = "/v1/translate/stream"
 class TranslateRequest(BaseModel):
     """The body of ``POST /v1/translate``."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # strict: a boolean is no number (and no string); allow_inf_nan: JSON's NaN and Infinity are refused
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     text: str | list[str] = Field(description="one sentence, or a list of sentences translated independently")
     tgt_lang: str | None = Field(None, description="the language to translate into: required by a multilingual model "
                                  "(one of /v1/models' target_languages); a bilingual model's own target or none")
-    beam_size: int | None = Field(None, gt=0, description="beam size K (1 = greedy); default from the model")
-    nbest: int = Field(1, gt=0, description="hypotheses per sentence, best first (<= beam size)")
+    beam_size: int | None = Field(None, **ranges.BEAM_SIZE.bounds(), description="beam size K (1 = greedy, at most "
+                                  "the server's max_beam_size); default from the model")
+    nbest: int = Field(1, **ranges.BEAM_SIZE.bounds(), description="hypotheses per sentence, best first (<= beam size)")
     early_stopping: bool | None = Field(
         None, description="beam search's stopping rule: true stops a sentence once beam_size x patience hypotheses "
         "have finished (CTranslate2's rule), false once no open hypothesis can win (exact); default from the server")
-    patience: float | None = Field(None, ge=1.0, description="with early_stopping: wait for round(beam_size x "
-                                   "patience) finished hypotheses; default from the server (1 without early stopping)")
+    patience: float | None = Field(None, **ranges.PATIENCE.bounds(), description="with early_stopping: wait for "
+                                   "round(beam_size x patience) finished hypotheses; default from the server (1 "
+                                   "without early stopping)")
     return_scores: bool = Field(False, description="add each hypothesis' subword tokens and their probabilities")
     return_attention: bool = Field(False, description="add the best hypothesis' source attention")
     constraints: list[str] | list[list[str]] | None = Field(
@@ -508,11 +515,19 @@ def create_app(loader: Callable[[], Translator], settings: ServeSettings | None 
 
     app = FastAPI(title="attnmt", summary="Transformer translation with dynamic batching", lifespan=lifespan)
     app.add_middleware(RequestGuard, state=state)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
     app.state.attnmt = state
     _add_info_routes(app, state, name)
     _add_translate_route(app, state)
     libre.add_routes(app, state.ready)
     return app
+
+
+async def _invalid_request(request, exc: RequestValidationError) -> JSONResponse:
+    """FastAPI's 422 for a body its schema refuses, ``{"detail": [errors]}``, in strict JSON: a
+    refused ``NaN`` or ``Infinity`` is echoed as null (FastAPI's own handler cannot encode it and
+    would answer 500)."""
+    return JSONResponse({"detail": finite_or_none(jsonable_encoder(exc.errors()))}, 422)
 
 
 def _add_info_routes(app: FastAPI, state: _AppState, name: str) -> None:

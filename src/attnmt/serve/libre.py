@@ -16,7 +16,7 @@ Routes (the request and error shapes of LibreTranslate's API):
     was not trained on are zero-shot).
 
 Errors are ``{"error": message}``: 400 for a body that is not JSON or not an object, a missing
-field, a field that is not a string, text that is not Unicode (a lone surrogate), a language
+field, a field that is not a string (a number or boolean in q, source, target or format), text that is not Unicode (a lone surrogate), a language
 the model does not serve (``"fr is not supported"``), a pair it does not translate, ``auto``
 where the source cannot be told, a format other than text, or a request over the server's
 limits; 503 while loading or when the queue is full; 504 on time out.
@@ -104,8 +104,10 @@ def add_routes(app: FastAPI, ready: Callable) -> None:
                 return _error(400, f"Invalid request: missing {name} parameter")
         q, source, target = fields["q"], fields["source"], fields["target"]
         texts = q if isinstance(q, list) else [q]
-        if not all(isinstance(t, str) for t in texts) or not all(isinstance(v, str) for v in (source, target)):
-            return _error(400, "Invalid request: q, source and target must be strings (q may be a list of strings)")
+        strings = (source, target, fields.get("format", "text"))  # a number or boolean is no language or format
+        if not all(isinstance(t, str) for t in texts) or not all(isinstance(v, str) for v in strings):
+            return _error(400, "Invalid request: q, source, target and format must be strings (q may be a list of "
+                          "strings)")
         problem = not_unicode(texts, "q")
         if problem:
             return _error(400, f"Invalid request: {problem}")

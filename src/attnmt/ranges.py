@@ -1,0 +1,166 @@
+"""The ranges of the numbers a user gives, defined once for the configuration, the command line
+and the HTTP API alike.
+
+A number reaches arithmetic, a tensor's shape or an engine's library (PyTorch, CTranslate2, ONNX
+Runtime) only inside its range, so that a huge, negative or non-finite value, or a boolean read
+where a number belongs (YAML's ``on`` is ``true``), ends in one line naming the key, option or
+field rather than in a library's OverflowError or an allocation that cannot succeed. Each
+:class:`Range` here is shared by the places that read the same quantity: ``decode.beam_size``,
+``--beam-size`` and a request's ``beam_size`` check :data:`BEAM_SIZE`, so the three cannot
+drift. A range read in one place only is written where it is read (a pydantic ``Field``'s
+``ge``/``le`` in ``attnmt.config``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import typing
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ValidationInfo, field_validator
+
+# The largest count an engine's library takes: CTranslate2's and ONNX Runtime's thread counts and
+# PyTorch's ``set_num_threads`` are C ints, and a beam size, hypothesis count or length limit past
+# it is no search any machine can hold (CTranslate2's size_t arguments refuse more than 2**64 - 1).
+C_INT_MAX = 2**31 - 1
+
+
+def number_text(value: float) -> str:
+    """A bound as the documentation writes it: whole numbers in full (2147483647, not
+    2.14748e+09), others in the shortest form ('0.5', '1e-09')."""
+    if float(value).is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    return f"{value:g}"
+
+
+@dataclass(frozen=True)
+class Range:
+    """The numbers from ``low`` to ``high`` (both included, or ``low`` excluded where
+    ``low_open``): whole numbers where ``integer``, else finite reals. A boolean is never one.
+    """
+
+    low: float
+    high: float
+    integer: bool = False
+    low_open: bool = False
+
+    def describe(self) -> str:
+        """The range in words, as error messages and the documentation give it, e.g. 'a whole
+        number from 1 to 2147483647' or 'a finite number above 0 and at most 100'."""
+        kind = "a whole number" if self.integer else "a finite number"
+        if self.low_open:
+            return f"{kind} above {number_text(self.low)} and at most {number_text(self.high)}"
+        return f"{kind} from {number_text(self.low)} to {number_text(self.high)}"
+
+    def contains(self, value: Any) -> bool:
+        """Whether ``value`` is a number of this range (a bool is not; nan and inf never are)."""
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return False
+        if self.integer and not isinstance(value, numbers.Integral):
+            return False
+        if not math.isfinite(value):
+            return False
+        above = value > self.low if self.low_open else value >= self.low
+        return above and value <= self.high
+
+    def check(self, value: Any, name: str) -> Any:
+        """``value`` (an int for an integer range, else a float) when it lies in the range.
+
+        Args:
+            name: how the user gave it, e.g. 'beam_size' (a configuration key or request field)
+                or '--length-penalty'.
+        Raises:
+            ValueError: '{name} {value!r} is out of range: use {describe()}'.
+        """
+        if not self.contains(value):
+            raise ValueError(f"{name} {value!r} is out of range: use {self.describe()}")
+        return int(value) if self.integer else float(value)
+
+    def bounds(self) -> dict[str, float]:
+        """The range as pydantic ``Field`` constraints (``ge`` or ``gt``, and ``le``)."""
+        return {"gt" if self.low_open else "ge": self.low, "le": self.high}
+
+
+# ---- search (attnmt.search.options.SearchOptions; decode.*, --beam-size ..., a request's fields) ----
+
+# K, hypotheses kept per sentence
+BEAM_SIZE = Range(1, C_INT_MAX, integer=True)
+# sentences of one search batch
+BATCH_SIZE = Range(1, C_INT_MAX, integer=True)
+# alpha of the GNMT length penalty ((k + |Y|) / (k + 1))^alpha: past 10 in magnitude the penalty of a
+# long output overflows a float (Python's OverflowError; CTranslate2 computes it in float32)
+LENGTH_PENALTY = Range(-10.0, 10.0)
+# k of the GNMT length penalty
+LENGTH_PENALTY_K = Range(0.0, C_INT_MAX)
+# a and b of the output length limit a x source length + b (tokens)
+MAX_LEN_A = Range(0.0, C_INT_MAX)
+MAX_LEN_B = Range(0, C_INT_MAX, integer=True)
+# the patience factor of early stopping (round(beam size x patience) must fit a C int too)
+PATIENCE = Range(1.0, C_INT_MAX)
+
+# ---- training data (data.train[].weight, distill --mix-original) -----------------------------------
+
+# how many times an epoch samples each pair of a corpus
+CORPUS_WEIGHT = Range(0.0, 1000.0, low_open=True)
+
+# ---- processes and threads ------------------------------------------------------------------------
+
+# CPU threads of PyTorch, CTranslate2 or ONNX Runtime (train.num_threads, --threads)
+THREADS = Range(1, C_INT_MAX, integer=True)
+
+# ---- the model's shape (model.d_model ..., plot-positions --d-model, --max-len) --------------------
+
+# the width of a layer (d_model, d_ff, head_dim): past 2**16 one weight matrix alone is 2**32 numbers
+WIDTH = Range(1, 2**16, integer=True)
+# positions a model (or a drawing of positional encodings) covers, in tokens
+POSITIONS = Range(1, 2**20, integer=True)
+
+
+# ---- booleans are not numbers -----------------------------------------------------------------------
+
+
+def _scalar_types(annotation: Any) -> set[Any]:
+    """The scalar types an annotation admits: ``int | None`` -> {int, NoneType}, ``list[int]`` ->
+    {int}, ``tuple[Annotated[float, ...], ...]`` -> {float}, ``Literal['a', True]`` -> {str, bool}."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _scalar_types(typing.get_args(annotation)[0])
+    if origin is Literal:
+        return {type(v) for v in typing.get_args(annotation)}
+    args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+    if args:
+        return set().union(*(_scalar_types(a) for a in args))
+    return {annotation}
+
+
+def numbers_only(annotation: Any) -> bool:
+    """Whether a field of this annotation holds numbers (int or float, alone or in a list or
+    tuple) and no boolean."""
+    scalars = _scalar_types(annotation)
+    return bool(scalars & {int, float}) and bool not in scalars
+
+
+def _holds_boolean(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(isinstance(v, bool) for v in value)
+    return isinstance(value, bool)
+
+
+class NoBooleanNumbers(BaseModel):
+    """A pydantic model whose number fields refuse booleans. Pydantic's lax mode reads ``true``
+    as 1 for an int or float field, and YAML reads ``on``, ``off``, ``yes`` and ``no`` as
+    booleans, so ``train.dropout_curriculum: on`` would otherwise train with 1.
+
+    Raises:
+        pydantic.ValidationError: a boolean (or a list holding one) given to a number field,
+            'a boolean is not a number ...' under the field's name.
+    """
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value: Any, info: ValidationInfo) -> Any:
+        if _holds_boolean(value) and numbers_only(cls.model_fields[info.field_name].annotation):
+            raise ValueError("a boolean is not a number (YAML reads true, false, on, off, yes and no as booleans)")
+        return value
