@@ -183,3 +183,32 @@ def test_every_preset_resumes_to_the_weights_of_an_uninterrupted_run(preset, dat
         unequal = [name for name, t in tensors.items() if not torch.equal(t, got[kind][name])]
         assert not unequal, f"{kind}: {unequal}"
     assert any(not torch.equal(t, got["last update"][name]) for name, t in at_stop.items())  # the resume trained
+
+
+def test_a_many_to_one_run_with_several_validation_sets_is_not_stale(tmp_path):
+    """Two source languages into one target: no tags, so the manifest records no languages; the
+    several validation sets (a split each) made the check compare languages all the same. A
+    filter key that a manifest lacks (one written before the filter existed) is its default."""
+    from attnmt.config import config_from_dict
+    from attnmt.data.prepare import prepare
+    from attnmt.data.staleness import changed_inputs
+    from tests.conftest import copy_task_config
+
+    raw = copy_task_config(tmp_path)
+    d = raw["data"]
+    d["train"] = [{"src": d["train_src"], "tgt": d["train_tgt"], "src_lang": lang, "tgt_lang": "en"}
+                  for lang in ("de", "fr")]
+    d["valid"] = [{"src": d["valid_src"], "tgt": d["valid_tgt"], "src_lang": lang, "tgt_lang": "en"}
+                  for lang in ("de", "fr")]
+    d["train_src"] = d["train_tgt"] = d["valid_src"] = d["valid_tgt"] = None
+    config = config_from_dict(raw)
+    manifest = prepare(config, tmp_path / "prepared")
+    assert manifest["valid_sets"] and not any("tgt_lang" in c for c in manifest["train"]["corpora"])
+    assert changed_inputs(config, manifest) is None
+    del manifest["filters"]["copies"]
+    assert changed_inputs(config, manifest) is None
+    raw["data"]["filter"] = {"copies": True}
+    assert changed_inputs(config_from_dict(raw), manifest) == "data.filter.copies False -> True"
+    raw["data"]["filter"] = {}
+    raw["data"]["train"][1]["tgt_lang"] = "fr"  # now multilingual: the sources would carry tags
+    assert "train[0] languages None-None -> de-en" == changed_inputs(config_from_dict(raw), manifest)
