@@ -222,6 +222,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
     teacher.config.decode = decode
     tgt_lang = bilingual_languages(config)[1]  # the student's target: the teacher must translate into it
     target_language(teacher.config, tgt_lang)  # before anything is written
+    teacher.translate([], tgt_lang=tgt_lang)  # no line: refuses what the teacher's engine lacks, writing nothing
 
     def translate(lines: list[str]) -> list[str]:
         return [_one_line(r.text) for r in teacher.translate(lines, tgt_lang=tgt_lang)]
@@ -275,6 +276,7 @@ def cmd_train_vectors(args: argparse.Namespace) -> int:
     from attnmt.rundir import atomic_write
 
     config = load_config(args.config, args.set)
+    check_output_file(args.output, "--output")
     side = 0 if args.side == "src" else 1
     lines = [pair[side] for c in training_corpora(config, args.data_dir)
              for pair in itertools.islice(iter_pairs(c.src, c.tgt), c.max_pairs)]
@@ -344,6 +346,7 @@ def _with_stopping_rule(tr, args: argparse.Namespace):
 def cmd_import(args: argparse.Namespace) -> int:
     from attnmt.interop.marian import import_marian
 
+    check_output_dir(args.output, "--output")
     import_marian(args.source, args.output)
     return 0
 
@@ -520,9 +523,9 @@ def cmd_plot_attention(args: argparse.Namespace) -> int:
     if not 1 <= layer <= num_layers:
         raise AttnmtError(f"--layer must be between 1 and {num_layers}")
     output = Path(args.output)
-    if args.input is not None:
-        output.mkdir(parents=True, exist_ok=True)
     results = tr.translate(sentences, beam_size=args.beam_size, batch_size=args.batch_size, tgt_lang=args.tgt_lang)
+    if args.input is not None:  # after every check of the input: a refused command makes no folder
+        output.mkdir(parents=True, exist_ok=True)
     kind = args.self_attention or "source"
     title = {"source": "encoder-decoder attention", "encoder": "encoder self-attention",
              "decoder": "decoder self-attention"}[kind]

@@ -40,7 +40,7 @@ from attnmt.data.prepare import iter_lines, training_corpora, validation_sets
 from attnmt.errors import ConfigError
 from attnmt.signals import stop_point
 from attnmt.train.checkpoint import LAST_STATE
-from attnmt.train.trainer import TrainResult, train
+from attnmt.train.trainer import TrainResult, run_config, train
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +101,9 @@ def distill_corpus(source: Path, translate: Callable[[list[str]], list[str]], ou
         DataError: the source cannot be read.
         RuntimeError: ``translate`` returned another number of lines than it was given.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
     distilled = out_dir / DISTILLED
     _check_manifest(out_dir / MANIFEST, {**record, "source": str(source), "source_sha256": sha256_file(source),
-                                         "source_lines": max_lines, "chunk_lines": chunk_lines})
+                                         "source_lines": max_lines, "chunk_lines": chunk_lines})  # the first write
     if distilled.is_file():
         log.info("%s: already distilled", distilled)
         return distilled
@@ -172,10 +171,14 @@ def distill(config: Config, run_dir: str | Path, translate: Callable[[list[str]]
     ``run_dir/distill/train.tgt`` (:func:`distill_corpus`), then train the student on it
     (:func:`student_config`), resuming either stage where an earlier run stopped.
 
+    Every check of the input (these, the student's configuration, an earlier run's manifest)
+    comes before the first file is written.
+
     Raises:
         ConfigError: ``config`` names no single training corpus (a prepared directory, or several
-            corpora in ``data.train``), ``mix_original`` is negative, or an earlier run distilled
-            with other settings.
+            corpora in ``data.train``), ``mix_original`` is negative, the student's configuration
+            is refused (``attnmt.train.trainer.run_config``), or an earlier run distilled with
+            other settings.
     """
     if mix_original < 0:
         raise ConfigError(f"distill: --mix-original {mix_original:g}: the original targets' weight must be >= 0")
@@ -187,10 +190,10 @@ def distill(config: Config, run_dir: str | Path, translate: Callable[[list[str]]
         raise ConfigError(f"distill: the student configuration names {len(corpora)} training corpora in "
                           "data.train; give one (data.train_src/train_tgt or a dataset)")
     run_dir = Path(run_dir)
-    distilled = distill_corpus(corpora[0].src, translate, run_dir / DISTILL_DIR, record, progress,
-                               max_lines=corpora[0].max_pairs)
-    student = student_config(config, corpora[0].src, distilled, corpora[0].tgt, mix_original, data_dir,
-                             corpora[0].max_pairs, (corpora[0].src_lang, corpora[0].tgt_lang))
+    student = student_config(config, corpora[0].src, run_dir / DISTILL_DIR / DISTILLED, corpora[0].tgt, mix_original,
+                             data_dir, corpora[0].max_pairs, (corpora[0].src_lang, corpora[0].tgt_lang))
+    run_config(student)  # the student's configuration refused before the teacher translates a line
+    distill_corpus(corpora[0].src, translate, run_dir / DISTILL_DIR, record, progress, max_lines=corpora[0].max_pairs)
     resume = (run_dir / LAST_STATE).exists()
     if resume:
         log.info("resuming the student's training in %s", run_dir)

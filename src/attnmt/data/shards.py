@@ -128,16 +128,18 @@ def _starts(lengths: np.ndarray) -> np.ndarray:
 
 
 @contextlib.contextmanager
-def staging_dir(output: str | Path, replace: bool = False) -> Iterator[Path]:
+def staging_dir(output: str | Path, replace: bool = False, empty_ok: bool = False) -> Iterator[Path]:
     """A temporary directory beside ``output`` that becomes ``output`` (renamed, atomic on one
-    filesystem) when the block ends without an error, and is removed otherwise. With
-    ``replace`` an existing ``output`` is swapped out and deleted after the rename.
+    filesystem) when the block ends without an error, and is removed otherwise (with the parent
+    directory it made). With ``replace`` an existing ``output`` is swapped out and deleted after
+    the rename; with ``empty_ok`` an empty directory ``output`` is taken as absent.
 
     Raises:
         WriteError: ``output`` exists (without ``replace``), or cannot be written.
     """
     output = Path(output)
-    if output.exists() and not replace:
+    empty = empty_ok and output.is_dir() and not any(output.iterdir())
+    if output.exists() and not (replace or empty):
         raise WriteError(f"{output}: exists; choose another directory or delete it")
     new_parent = not output.parent.exists()
     try:

@@ -33,6 +33,7 @@ import torch
 
 from attnmt import rundir
 from attnmt.config import ModelConfig
+from attnmt.data.shards import staging_dir
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, UNK_ID
 from attnmt.errors import CheckpointError
 from attnmt.interop.ctranslate2_engine import all_pieces
@@ -207,7 +208,8 @@ def export_ctranslate2(model_dir: str | Path, output: str | Path, quantization: 
         kind = "int8 with 7-bit weights"
     else:
         converter, kind = AttnmtConverter(model_dir), quantization or "float32"
-    converter.convert(str(output), quantization=quantization, force=output.exists())
-    rundir.copy_translation_files(model_dir, output)
+    with staging_dir(output, empty_ok=True) as staging:  # complete or absent
+        converter.convert(str(staging), quantization=quantization, force=True)
+        rundir.copy_translation_files(model_dir, staging)
     log.info("wrote CTranslate2 model %s (%s)", output, kind)
     return output

@@ -39,6 +39,7 @@ import torch
 
 from attnmt import rundir
 from attnmt.config import LANGUAGE, Config, DecodeConfig, ModelConfig, TokenizerConfig
+from attnmt.data.shards import staging_dir
 from attnmt.data.tokenizers import EOS_ID, PAD_ID, UNK_ID, VocabTokenizer
 from attnmt.errors import CheckpointError
 from attnmt.interop.extras import require
@@ -246,12 +247,13 @@ def import_marian(source: str, output: str | Path) -> Path:
     Returns:
         The model directory.
     Raises:
-        CheckpointError: missing or unsupported files, or ``output`` already holding a model.
+        CheckpointError: missing or unsupported files, or ``output`` not empty (it is written whole or not
+            at all).
         AttnmtError: a Hub id without the ``hf`` extra.
     """
     output = Path(output)
-    if (output / rundir.CONFIG).exists():
-        raise CheckpointError(f"{output}: already holds a model; choose a new directory")
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise CheckpointError(f"{output}: exists and is not empty; choose a new directory")
     path = resolve_source(source)
     hf = _read_json(path / "config.json")
     vocab = _read_json(path / "vocab.json")
@@ -267,12 +269,13 @@ def import_marian(source: str, output: str | Path) -> Path:
     generation = _read_json(path / "generation_config.json") if (path / "generation_config.json").is_file() else {}
     decode = DecodeConfig(beam_size=generation.get("num_beams") or 4, length_penalty=1.0, length_penalty_k=0.0)
     tokenizers = [VocabTokenizer.load_with_vocab(path / name, pieces) for name in ("source.spm", "target.spm")]
-    output.mkdir(parents=True, exist_ok=True)
-    rundir.write_tokenizers(output, *tokenizers)
-    rundir.save_weights(model, output / rundir.WEIGHTS, metadata={"imported_from": str(source)})
     targets = target_languages(pieces)  # none: a bilingual model, its tokenizer section the default
     tokenizer = TokenizerConfig(target_languages=targets, language_tag=OPUS_TAG) if targets else TokenizerConfig()
-    rundir.write_config(Config(model=cfg, tokenizer=tokenizer, decode=decode), output)
+    config = Config(model=cfg, tokenizer=tokenizer, decode=decode)
+    with staging_dir(output, empty_ok=True) as staging:  # complete or absent
+        rundir.write_tokenizers(staging, *tokenizers)
+        rundir.save_weights(model, staging / rundir.WEIGHTS, metadata={"imported_from": str(source)})
+        rundir.write_config(config, staging)
     log.info("imported %s (%d + %d layers, d_model %d, vocabulary %d) into %s", source, cfg.num_encoder_layers,
              cfg.num_decoder_layers, cfg.d_model, len(order), output)
     return output

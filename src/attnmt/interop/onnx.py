@@ -47,6 +47,7 @@ from torch import nn
 
 from attnmt import rundir
 from attnmt.config import ModelConfig
+from attnmt.data.shards import staging_dir
 from attnmt.data.tokenizers import EOS_ID, PAD_ID
 from attnmt.decode.engine import CORE_OPTIONS, Hypothesis, SearchOptions, check_positions
 from attnmt.errors import CheckpointError, ConfigError
@@ -167,12 +168,11 @@ def export_onnx(model_dir: str | Path, output: str | Path, attention: bool = Fal
         raise CheckpointError(f"{output}: exists and is not empty; choose a new directory")
     _, _, _, model = rundir.load_model_dir(model_dir)
     model.eval().set_fused_attention(encoder=False, decoder=False)
-    output.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad():
-        _export_graphs(model, output, attention)
-    for name in (ENCODER, DECODER_STEP):
-        onnx.checker.check_model(str(output / name))
-    rundir.copy_translation_files(model_dir, output)
+    with staging_dir(output, empty_ok=True) as staging, torch.no_grad():  # complete or absent
+        _export_graphs(model, staging, attention)
+        for name in (ENCODER, DECODER_STEP):
+            onnx.checker.check_model(str(staging / name))
+        rundir.copy_translation_files(model_dir, staging)
     log.info("wrote ONNX graphs %s and %s to %s", ENCODER, DECODER_STEP, output)
     return output
 

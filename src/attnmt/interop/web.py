@@ -45,13 +45,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from attnmt import languages, rundir
 from attnmt.config import DEFAULT_ATTENTION_LAYER
+from attnmt.data.shards import staging_dir
 from attnmt.data.tokenizers import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, VocabTokenizer,
                                     reserved_as_control)
 from attnmt.errors import AttnmtError, CheckpointError
@@ -165,10 +165,8 @@ def export_web(model_dir: str | Path, output: str | Path, quantization: str | No
     src_tok, tgt_tok = rundir.read_tokenizers(model_dir)
     targets = [{"code": lang, "tag_id": languages.source_prefix(config, src_tok, lang)[0]}
                for lang in config.tokenizer.target_languages]  # checked before any work
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.") as tmp:
-        site, graphs = Path(tmp) / "site", Path(tmp) / "onnx"
-        model_out = site / "model"
+    with staging_dir(output, empty_ok=True) as site, tempfile.TemporaryDirectory(prefix="attnmt-web-") as tmp:
+        graphs, model_out = Path(tmp) / "onnx", site / "model"
         model_out.mkdir(parents=True)
         tokenizer = _tokenizer_files(model_dir, src_tok, tgt_tok, model_out)
         export_onnx(model_dir, graphs, attention=True)
@@ -200,9 +198,5 @@ def export_web(model_dir: str | Path, output: str | Path, quantization: str | No
             "target_languages": targets,
         }
         (model_out / "config.json").write_text(json.dumps(web_config, indent=1), encoding="utf-8")
-        if output.exists():
-            output.rmdir()  # empty (checked above)
-        os.replace(site, output)
-        rundir.fsync_dir(output.parent)
     log.info("wrote the web page to %s (%s); serve it with: python -m http.server -d %s", output, quantization, output)
     return output

@@ -37,7 +37,8 @@ from attnmt.config import Config
 from attnmt.data import shards
 from attnmt.data.corpus import EncodedCorpus
 from attnmt.data.plan import GENERATOR, Buckets, Share, epoch_plan, epoch_size, sample_pairs
-from attnmt.data.prepare import changed_inputs, names_text, prepare, training_corpora
+from attnmt.data.prepare import names_text, prepare, training_corpora
+from attnmt.data.staleness import changed_inputs
 from attnmt.data.tokenizers import Tokenizer, WordTokenizer
 from attnmt.errors import ConfigError, DataError
 from attnmt.languages import temperature_weights

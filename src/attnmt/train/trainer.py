@@ -77,7 +77,7 @@ from attnmt.data.plan import Share
 from attnmt.data.tokenizers import EOS_ID, PAD_ID, WordTokenizer
 from attnmt.data.vectors import read_vec
 from attnmt.device import configure, resolve_device
-from attnmt.errors import CheckpointError, ConfigError, TrainingError
+from attnmt.errors import AttnmtError, CheckpointError, ConfigError, TrainingError
 from attnmt.evaluate import corpus_scores
 from attnmt.memory import peak_rss_mib
 from attnmt.model.dropout import set_rates
@@ -238,9 +238,7 @@ class Trainer:
     def __init__(self, config: Config, run_dir: str | Path, resume: bool = False, data_dir: str | None = None,
                  progress: bool = True, allow_data_change: bool = False):
         self.start_time = time.monotonic()
-        if config.train.init_from:  # fine-tuning: the model (and tokenizer) sections of the starting model
-            config = finetune.inherit_from(config, config.train.init_from)
-        config = languages.resolve(config)  # a multilingual model's target languages, from its corpora
+        config = run_config(config)
         self.config, self.run_dir, self.progress_bar = config, Path(run_dir), progress
         tc = config.train
         self.ranks = distributed.from_env()
@@ -297,6 +295,7 @@ class Trainer:
         elif self.ranks.rank > 0:
             torch.manual_seed(distributed.rank_seed(tc.seed, self.ranks.rank, 0))
         self.ddp_loss = distributed.wrap(self.loss, self.ranks, self.device, tc.ddp_overlap)  # the loss the updates use
+        self._write_run_files(resumed=state is not None)  # every check above has passed: the first writes
         self._open_records(resumed=state is not None)
         if state is None and tc.init_from and self.ranks.is_main:
             self.metrics.write("init_from", **self.start_record, frozen=frozen,
@@ -315,7 +314,8 @@ class Trainer:
     def _setup_data(self, state: dict | None, data_dir: str | None, allow_change: bool) -> None:
         """Open the run's prepared data (``attnmt.train.data``, preparing text into
         ``RUN_DIR/data`` first if needed); a new run gets the configuration and tokenizers in its
-        directory, a resumed one has its data signature checked against the checkpoint's."""
+        directory, a resumed one has its data signature checked against the checkpoint's; nothing
+        is written into the run directory yet (:meth:`_write_run_files`) but its prepared data."""
         self.data = open_training_data(self.config, self.run_dir, state is not None, data_dir, self.ranks,
                                        allow_change, self.progress_bar)
         self._epoch_batches: tuple[int, Share] | None = None  # (epoch, this process's batches), once per epoch
@@ -325,11 +325,22 @@ class Trainer:
         if state is not None:
             check_signature(state.get("data"), signature(self.config, self.data), self.run_dir, allow_change)
         check_epoch_sample(self.config, self.data, self.ranks.world_size)
-        if self.ranks.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)  # after the corpus: a data error leaves no directory
-            rundir.write_config(self.config, self.run_dir)
-            if state is None:
-                write_run_tokenizers(self.config, self.data, self.run_dir)
+
+    def _write_run_files(self, resumed: bool) -> None:
+        """Rank 0, once every check of the setup has passed: the run's configuration, and a new
+        run's tokenizers and (fine-tuning) ``init_from.json``, so that a refused start or resume
+        leaves the run directory as it was."""
+        if not self.ranks.is_main:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        rundir.write_config(self.config, self.run_dir)
+        if resumed:
+            return
+        write_run_tokenizers(self.config, self.data, self.run_dir)
+        if self.config.train.init_from:
+            text = json.dumps(self.start_record, indent=1) + "\n"
+            rundir.atomic_write(self.run_dir / finetune.START_RECORD,
+                                lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
     def _load_start_weights(self) -> None:
         """Fine-tuning: load the starting model's weights (safetensors) and record where the run
@@ -338,11 +349,7 @@ class Trainer:
         path = Path(self.config.train.init_from) / rundir.WEIGHTS
         rundir.load_weights(self.model, path)
         self.start_record = {"path": str(Path(self.config.train.init_from).resolve()), "weights": rundir.WEIGHTS,
-                             "sha256": sha256_file(path)}
-        if self.ranks.is_main:
-            text = json.dumps(self.start_record, indent=1) + "\n"
-            rundir.atomic_write(self.run_dir / finetune.START_RECORD,
-                                lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+                             "sha256": sha256_file(path)}  # written with the run's files (_write_run_files)
         log.info("starting from %s (sha256 %s)", path, self.start_record["sha256"][:12])
 
     def _load_vectors(self) -> None:
@@ -943,6 +950,19 @@ class Trainer:
                            stop_reason=reason or "", interrupted_by=self.interrupted_by)
 
 
+def run_config(config: Config) -> Config:
+    """The configuration a run trains with: with ``train.init_from`` the model and tokenizer
+    sections of the starting model (``finetune.inherit_from``), and a multilingual model's
+    target languages from its corpora (``languages.resolve``).
+
+    Raises:
+        ConfigError, CheckpointError: see those two functions.
+    """
+    if config.train.init_from:
+        config = finetune.inherit_from(config, config.train.init_from)
+    return languages.resolve(config)
+
+
 def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: str | None = None,
           progress: bool = True, allow_data_change: bool = False) -> TrainResult:
     """``Trainer(config, run_dir, resume, data_dir, progress, allow_data_change).run()`` (see :class:`Trainer`),
@@ -950,7 +970,10 @@ def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: s
 
     A stop signal during the setup (preparing the text, building the model) ends it at once:
     what it prepares is staged and every file it writes is renamed into place, so nothing
-    half-written is left.
+    half-written is left. A setup that refuses its input writes none of the run's files; a new
+    run's directory (with the data it prepared) is removed, an existing one is left as it was
+    but for data prepared again at the user's request (``allow_data_change``, or a changed text
+    without ``resume``).
 
     Raises:
         ConfigError: the configuration has no data section (an imported model's, say).
@@ -959,9 +982,15 @@ def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: s
     if config.data is None:
         raise ConfigError("the configuration has no data section: nothing to train on")
     stop_point()  # a stop that the caller's work (a distillation) received but did not raise
+    new_run = not Path(run_dir).exists()
     try:
         with StopSignals(raising=True):
-            trainer = Trainer(config, run_dir, resume, data_dir, progress, allow_data_change)
+            try:
+                trainer = Trainer(config, run_dir, resume, data_dir, progress, allow_data_change)
+            except (AttnmtError, ValueError):  # refused (the CLI's exit status 2)
+                if new_run and distributed.from_env().is_main:  # no run directory, data included
+                    shutil.rmtree(run_dir, ignore_errors=True)
+                raise
             return trainer.run()  # its own flag-only handlers while it trains
     finally:
         distributed.shutdown()
