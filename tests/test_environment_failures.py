@@ -224,6 +224,26 @@ def case_torch_compile(request, tmp_path, monkeypatch, capsys) -> None:
     assert_environment_failure(rc, err, "train.compile: torch.compile failed", "--set train.compile=false")
 
 
+def case_distributed_rendezvous(request, tmp_path, monkeypatch, capsys) -> None:
+    """torch.distributed cannot join the process group (a rank that never came): nothing is written."""
+    import torch.distributed
+
+    def init_process_group(*args, **kwargs):
+        raise torch.distributed.DistNetworkError("The client socket has timed out after 1800000ms while trying to "
+                                                 "connect to (127.0.0.1, 29500)")
+
+    monkeypatch.setattr(torch.distributed, "init_process_group", init_process_group)
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(copy_task_config(tmp_path / "data")))
+    before = tree(tmp_path)
+    rc, _, err = run_cli(capsys, "train", str(tmp_path / "c.yaml"), "--output", str(tmp_path / "run"))
+    assert_environment_failure(rc, err, "torch.distributed (joining the process group) failed", "timed out",
+                               "MASTER_ADDR")
+    assert tree(tmp_path) == before
+
+
 CASES = {
     "CTranslate2 (": [case_ctranslate2_translate, case_ctranslate2_score],
     "ONNX Runtime (running the exported graphs)": [case_onnxruntime_run],
@@ -232,13 +252,14 @@ CASES = {
     "ONNX Runtime's int8 quantizer (quantize_dynamic)": [case_quantizer],
     "gensim's FastText training": [case_gensim],
     "train.compile: torch.compile": [case_torch_compile],
+    "torch.distributed (joining the process group)": [case_distributed_rendezvous],
 }
 
 
 def test_every_library_boundary_in_the_code_has_a_case():
     """A new ``library_call`` in src/attnmt needs its case in CASES (the parametrized test below)."""
     found = library_boundaries()
-    assert len(found) >= 7 and found == set(CASES), found ^ set(CASES)
+    assert len(found) >= 8 and found == set(CASES), found ^ set(CASES)
 
 
 @pytest.mark.parametrize("case", [c for cases in CASES.values() for c in cases], ids=lambda c: c.__name__[5:])
@@ -386,3 +407,13 @@ def test_a_bug_in_attnmt_keeps_its_traceback(tiny_run, tmp_path, monkeypatch):
     with pytest.raises(KeyError):
         cli.main(["-q", "translate", "--model", str(tiny_run), "--input", str(tmp_path / "in"), "--output",
                   str(tmp_path / "out")])
+
+
+def test_a_sentencepiece_model_that_does_not_parse_is_the_users_file(tmp_path):
+    """SentencePiece's own error on a broken file given by the user (an imported model's source.spm) is exit 2's."""
+    from attnmt.data.tokenizers import VocabTokenizer
+    from attnmt.errors import CheckpointError
+
+    (tmp_path / "source.spm").write_bytes(b"not a model")
+    with pytest.raises(CheckpointError, match="source.spm: not a SentencePiece model"):
+        VocabTokenizer.load_with_vocab(tmp_path / "source.spm", ["</s>", "<unk>", "<pad>"])
