@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER, DEFAULT_ATTENTION_LAYER
-from attnmt.errors import AttnmtError, ENVIRONMENT_ERRNOS, EnvironmentFailure, WriteError, write_error
+from attnmt.errors import ENVIRONMENT_ERRNOS, AttnmtError, EnvironmentFailure, WriteError, write_error
 from attnmt.signals import Interrupted, StopSignals
 
 log = logging.getLogger("attnmt")

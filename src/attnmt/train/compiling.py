@@ -14,6 +14,7 @@ Library: torch.compile (TorchDynamo and TorchInductor).
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import shutil
 import subprocess
@@ -22,6 +23,8 @@ from typing import Callable
 import torch
 
 from attnmt.errors import EnvironmentFailure, library_call
+
+log = logging.getLogger(__name__)
 
 
 def compiled(function: Callable) -> Callable:
@@ -68,6 +71,23 @@ def compiler_missing(device: torch.device) -> str | None:
     if any(shutil.which(name) for name in names):
         return None
     return "no C++ compiler on PATH (Debian package g++), which torch.compile needs on CPU"
+
+
+def compiles_here(wanted: bool, device: torch.device) -> bool:
+    """Whether the training step goes through ``torch.compile``: ``wanted`` (``train.compile``)
+    and a C++ compiler here (on CPU); without one, False and a warning (training eager).
+
+    Raises:
+        EnvironmentFailure: a compiler is there but does not run (:func:`check_compiler`).
+    """
+    if not wanted:
+        return False
+    missing = compiler_missing(device)
+    if missing:
+        log.warning("train.compile: %s: training eager instead", missing)
+        return False
+    check_compiler(device)
+    return True
 
 
 def check_compiler(device: torch.device) -> None:

@@ -23,7 +23,7 @@ import os
 import time
 from pathlib import Path
 
-from attnmt.errors import DataError, WriteError, write_error
+from attnmt.errors import DataError, write_error
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class MetricsLog:
         fsynced; numbers also go to TensorBoard.
 
         Raises:
-            WriteError: the line cannot be written (e.g. a full disk); the file is cut back to
+            WriteError: the line cannot be written (a full disk: ``DiskFull``); the file is cut back to
                 its last whole record.
         """
         line = (json.dumps(finite_or_none({"kind": kind, **record}), allow_nan=False) + "\n").encode("utf-8")

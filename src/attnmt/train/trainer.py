@@ -84,7 +84,7 @@ from attnmt.search.batched import native_search
 from attnmt.search.options import SearchOptions
 from attnmt.signals import Interrupted, StopSignals, stop_point
 from attnmt.train import distributed, finetune
-from attnmt.train.compiling import check_compiler, compiled, compiled_graphs, compiler_missing
+from attnmt.train.compiling import compiled, compiled_graphs, compiles_here
 from attnmt.train.data import (check_epoch_sample, check_signature, epoch_length, epoch_share, open_training_data,
                                signature, write_run_tokenizers)
 from attnmt.train.checkpoint import (EPOCH_WEIGHTS, LAST_STATE, STEP_WEIGHTS, average_weights, load_state,
@@ -208,8 +208,7 @@ class Trainer:
         self.ranks = distributed.from_env()
         self.device = resolve_device(tc.device, self.ranks.local_rank if self.ranks.distributed else None)
         configure(self.device)
-        if tc.compile:  # a compiler that is there but broken: one line before anything is written
-            check_compiler(self.device)
+        self.compiled = compiles_here(tc.compile, self.device)  # a broken compiler: one line before any writing
         distributed.init(self.ranks, self.device)
         # rank 0's saved state (None for a new run) on every rank
         state = distributed.broadcast(self._check_run_dir(resume) if self.ranks.is_main else None, self.device)
@@ -249,13 +248,8 @@ class Trainer:
             alpha=tc.alpha, expected_steps=self.state.expected_steps, warmup_fraction=tc.warmup_fraction,
             budget_decay=tc.budget_decay))
         self.scaler = grad_scaler(self.precision, self.device.type)
-        compile = tc.compile
-        if compile and (missing := compiler_missing(self.device)):
-            log.warning("train.compile: %s: training eager instead", missing)
-            compile = False
-        self.compiled = compile
         self.loss = BatchLoss(self.model, tc.label_smoothing, per_sentence=tc.loss_normalization == "sentences",
-                              compile=compile)
+                              compile=self.compiled)
         if state is not None:
             self._restore(state)
         elif self.ranks.rank > 0:
