@@ -42,9 +42,11 @@ def run_cli(capsys, *args) -> tuple[int, str, str]:
     return rc, out, err
 
 
-def assert_one_line_error(rc: int, err: str, *needles: str) -> None:
+def assert_one_line_error(rc: int, err: str, *needles: str, status: int = 2) -> None:
+    """One line on stderr naming each of ``needles``, no traceback, exit ``status`` (2: the
+    user's input; 1: the environment, ``attnmt.errors.EnvironmentFailure``)."""
     lines = err.strip().splitlines()
-    assert rc == 2 and len(lines) == 1 and "error:" in lines[0] and "Traceback" not in err, err
+    assert rc == status and len(lines) == 1 and "error:" in lines[0] and "Traceback" not in err, err
     for needle in needles:
         assert needle in lines[0], (needle, err)
 
@@ -419,7 +421,7 @@ def test_cli_full_disk_is_one_line_and_keeps_the_old_output(tiny_run, tmp_path, 
     monkeypatch.setattr(os, "fsync", _enospc)
     rc, _, err = run_cli(capsys, "translate", "--model", str(tiny_run), "--input", str(tmp_path / "in"),
                          "--output", str(tmp_path / "out"))
-    assert_one_line_error(rc, err, "out", "No space left on device")
+    assert_one_line_error(rc, err, "out", "No space left on device", "free some space", status=1)  # the disk's fault
     assert (tmp_path / "out").read_text() == "previous\n"
 
 

@@ -67,7 +67,8 @@ def test_translate_to_a_full_stdout_is_one_line(tiny_run, tmp_path):
     (tmp_path / "in.txt").write_text("alpha\n" * 50)
     result = attnmt_process(shell=f"{' '.join(ATTNMT)} -q translate --model {tiny_run} --input {tmp_path}/in.txt "
                                   "> /dev/full")
-    assert_one_line_error(result.returncode, result.stderr, "standard output: cannot write", "No space left")
+    assert_one_line_error(result.returncode, result.stderr, "standard output: cannot write", "No space left",
+                          status=1)  # a full disk (ENOSPC) is the environment's failure
 
 
 def test_translate_empty_stdin_says_so_and_writes_nothing(tiny_run):
@@ -83,7 +84,7 @@ def test_translate_input_directory_is_one_line(tiny_run, tmp_path, capsys):
 
 def test_output_to_a_device_is_written_in_place(tiny_run, tmp_path, capsys):
     """--output /dev/null keeps the device (a rename onto it would replace /dev/null as root);
-    --output /dev/full is a one-line write error."""
+    --output /dev/full is a one-line write error (exit status 1: no space)."""
     (tmp_path / "in.txt").write_text("alpha\nbravo\n")
     before = Path("/dev/null").stat()
     rc, out, err = run_cli(capsys, "translate", "--model", str(tiny_run), "--input", str(tmp_path / "in.txt"),
@@ -94,7 +95,7 @@ def test_output_to_a_device_is_written_in_place(tiny_run, tmp_path, capsys):
     if Path("/dev/full").exists():
         rc, out, err = run_cli(capsys, "translate", "--model", str(tiny_run), "--input", str(tmp_path / "in.txt"),
                                "--output", "/dev/full")
-        assert_one_line_error(rc, err, "/dev/full", "No space left")
+        assert_one_line_error(rc, err, "/dev/full", "No space left", status=1)
         assert Path("/dev/full").is_char_device()
 
 

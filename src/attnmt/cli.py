@@ -2,12 +2,14 @@
 plot-attention, plot-training, plot-positions, serve, import (MarianMT) and export (CTranslate2, ONNX, a
 web page).
 
-User mistakes (bad options, bad configuration, missing, malformed or unwritable files, a full
-disk) print one line to stderr, ``attnmt: error: ...``, and exit with status 2; no traceback
-(``-v`` adds it, as a debug message). Options are checked by their argparse types (every number
-has a range, shown in its help: counts from 1, finite numbers within the bounds of
-``attnmt.ranges`` that the configuration's keys share) and outputs are checked to be writable
-before any work starts.
+User mistakes (bad options, bad configuration, missing, malformed or unwritable files) print one
+line to stderr, ``attnmt: error: ...``, and exit with status 2; no traceback (``-v`` adds it, as a
+debug message). Options are checked by their argparse types (every number has a range, shown in
+its help: counts from 1, finite numbers within the bounds of ``attnmt.ranges`` that the
+configuration's keys share) and outputs are checked to be writable before any work starts. A
+failure of the environment (``attnmt.errors.EnvironmentFailure``: a worker process killed, a
+library that raised, a full disk; and memory exhaustion) prints one line the same way and exits
+with status 1.
 Programming errors (bugs) are not caught: they end with Python's traceback.
 
 Library: argparse (standard library), tqdm for progress bars.
@@ -28,11 +30,13 @@ from pathlib import Path
 
 from attnmt import ranges
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER, DEFAULT_ATTENTION_LAYER
-from attnmt.errors import AttnmtError, WriteError
+from attnmt.errors import ENVIRONMENT_ERRNOS, AttnmtError, EnvironmentFailure, WriteError, write_error
 from attnmt.ranges import C_INT_MAX, Range
 from attnmt.signals import Interrupted, StopSignals
 
 log = logging.getLogger("attnmt")
+OUT_OF_MEMORY = ("out of memory: use smaller batches (train.batch_tokens, --batch-size), fewer --workers or a "
+                 "smaller model, or free memory, and run the command again")
 
 
 
@@ -185,7 +189,7 @@ def _write_output(path: str | None, lines: list[str]) -> None:
             sys.stdout.write(text)
             sys.stdout.flush()
         except OSError as e:  # > /dev/full, a closed pipe
-            raise WriteError(f"standard output: cannot write: {e.strerror or e}") from None
+            raise write_error(f"standard output: cannot write: {e.strerror or e}", e) from None
     else:
         atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
@@ -1017,6 +1021,10 @@ def main(argv: list[str] | None = None) -> int:
         log.debug("the stop's traceback", exc_info=True)
         print(f"attnmt: {_one_line(str(e))}", file=sys.stderr)
         return e.exit_code
+    except EnvironmentFailure as e:  # the machine or a library failed (before AttnmtError: DiskFull is both)
+        log.debug("the failure's traceback", exc_info=True)
+        print(f"attnmt: error: {_one_line(str(e))}", file=sys.stderr)
+        return 1
     except (AttnmtError, ValueError) as e:  # ValueError: option values the library refuses (nbest > beam)
         log.debug("the error's traceback", exc_info=True)
         print(f"attnmt: error: {_one_line(str(e))}", file=sys.stderr)
@@ -1024,7 +1032,17 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # the system refused a read or write not caught where it happened
         log.debug("the error's traceback", exc_info=True)
         print(f"attnmt: error: {e.filename + ': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
-        return 2
+        return 1 if e.errno in ENVIRONMENT_ERRNOS else 2
+    except MemoryError:
+        log.debug("the failure's traceback", exc_info=True)
+        print(f"attnmt: error: {OUT_OF_MEMORY}", file=sys.stderr)
+        return 1
+    except RuntimeError as e:  # torch.OutOfMemoryError (a GPU's memory) is a RuntimeError
+        if type(e).__name__ != "OutOfMemoryError":
+            raise
+        log.debug("the failure's traceback", exc_info=True)
+        print(f"attnmt: error: {OUT_OF_MEMORY} ({_one_line(str(e))[:200]})", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("attnmt: interrupted", file=sys.stderr)
         return 130

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from attnmt import ranges
 from attnmt.errors import ConfigError
@@ -60,6 +61,43 @@ class _Section(NoBooleanNumbers):
 LANGUAGE = r"^[A-Za-z][A-Za-z0-9_]{0,15}$"
 
 
+def canonical_language(code: str) -> str:
+    """The one spelling of a language code that attnmt writes: BCP-47's letter cases with '_'
+    between the parts (a '-' separates the two sides of a pair): the language lowercase, a
+    four-letter script in title case, a two-letter region uppercase, other parts as given.
+    'EN' -> 'en', 'pt_br' -> 'pt_BR', 'ZH_hant_tw' -> 'zh_Hant_TW', 'es_419' -> 'es_419'.
+
+    Codes are compared ignoring case everywhere they are read (``attnmt.languages.spelling``);
+    a model's recorded codes (``tokenizer.target_languages``, e.g. an imported OPUS-MT model's
+    ``pt_br``) keep the model's spelling, which its tags are written with.
+    """
+    first, *rest = code.split("_")
+    parts = [first.lower()]
+    for part in rest:
+        if len(part) == 4 and part.isalpha():
+            parts.append(part.title())
+        elif len(part) == 2 and part.isalpha():
+            parts.append(part.upper())
+        else:
+            parts.append(part)
+    return "_".join(parts)
+
+
+def _canonical_pair(pair: str | None) -> str | None:
+    """A pair 'DE-en' as 'de-en' (:func:`canonical_language` of each side); anything that is not
+    two codes unchanged, for the pair's own check to refuse."""
+    if pair is None:
+        return None
+    langs = pair.split("-")
+    if len(langs) != 2 or not all(re.fullmatch(LANGUAGE, lang) for lang in langs):
+        return pair
+    return "-".join(canonical_language(lang) for lang in langs)
+
+
+# a language code as read from a configuration: checked against LANGUAGE, written canonically
+LanguageCode = Annotated[str, Field(pattern=LANGUAGE), AfterValidator(canonical_language)]
+
+
 class CorpusEntry(_Section):
     """One training corpus of ``data.train``: two line-aligned files, its weight and, for a
     multilingual model, its languages."""
@@ -70,9 +108,9 @@ class CorpusEntry(_Section):
     weight: float = Field(1.0, **ranges.CORPUS_WEIGHT.bounds(), description="how many times an epoch samples each pair "
                           "of this corpus: 1 once, 2 twice, 0.5 a random half drawn anew every epoch (fractions "
                           "sampled without replacement, seeded by train.seed and the epoch)")
-    src_lang: str | None = Field(None, pattern=LANGUAGE, description="language code of the source side (default "
-                                 "from data.pair)")
-    tgt_lang: str | None = Field(None, pattern=LANGUAGE, description="language code of the target side (default "
+    src_lang: LanguageCode | None = Field(None, description="language code of the source side (default "
+                                          "from data.pair)")
+    tgt_lang: LanguageCode | None = Field(None, description="language code of the target side (default "
                                  "from data.pair); corpora with different ones make a multilingual model, whose "
                                  "sources start with a tag of the target language (attnmt.languages)")
     max_pairs: int | None = Field(None, gt=0, le=C_INT_MAX, strict=True, description="read only the first N pairs of "
@@ -84,8 +122,8 @@ class ValidEntry(_Section):
 
     src: str = Field(description="validation source file (plain or gzip), line-aligned with tgt")
     tgt: str = Field(description="validation target file")
-    src_lang: str = Field(pattern=LANGUAGE, description="language code of the source side")
-    tgt_lang: str = Field(pattern=LANGUAGE, description="language code of the target side")
+    src_lang: LanguageCode = Field(description="language code of the source side")
+    tgt_lang: LanguageCode = Field(description="language code of the target side")
 
 
 class FilterConfig(_Section):
@@ -147,6 +185,21 @@ class DataConfig(_Section):
                                             "pairs")
     filter: FilterConfig = Field(default_factory=FilterConfig, description="optional corpus filters (off by "
                                  "default)")
+
+    @field_validator("pair")
+    @classmethod
+    def _pair_spelling(cls, pair: str | None) -> str | None:
+        return _canonical_pair(pair)
+
+    @field_validator("pairs")
+    @classmethod
+    def _pairs_spelling(cls, pairs: list[str] | None) -> list[str] | None:
+        return None if pairs is None else [_canonical_pair(p) for p in pairs]
+
+    @field_validator("max_pairs")
+    @classmethod
+    def _max_pairs_spelling(cls, max_pairs: dict[str, int] | None) -> dict[str, int] | None:
+        return None if max_pairs is None else {_canonical_pair(pair): n for pair, n in max_pairs.items()}
 
     @model_validator(mode="after")
     def _one_source(self) -> "DataConfig":
@@ -219,9 +272,10 @@ class TokenizerConfig(_Section):
         "none", description="kind word: 'alpha_punct' drops every token that is not alphabetic, '.' or ','")
     require_vectors: bool = Field(
         False, description="kind word: keep only words that have a vector in model.src_vectors / model.tgt_vectors")
-    src_lang: str | None = Field(None, description="kind word: spaCy/Moses language code of the source; default from "
-                                 "data.pair")
-    tgt_lang: str | None = Field(None, description="kind word: language code of the target; default from data.pair")
+    src_lang: LanguageCode | None = Field(None, description="kind word: spaCy/Moses language code of the source; "
+                                          "default from data.pair")
+    tgt_lang: LanguageCode | None = Field(None, description="kind word: language code of the target; default from "
+                                          "data.pair")
     target_languages: list[Annotated[str, Field(pattern=LANGUAGE)]] = Field(
         default_factory=list, description="a multilingual model's target languages, each asked for by a tag token "
         "at the start of the source (Johnson et al., 2017; attnmt.languages); filled in from the training data "

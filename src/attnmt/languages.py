@@ -26,6 +26,13 @@ sizes' proportions, larger T flattens them towards uniform (they used T = 5).
 :func:`temperature_weights` turns this into per-corpus weights for the epoch sampler
 (``attnmt.data.plan.weighted_sample``), keeping the epoch's size.
 
+Language codes are compared ignoring case wherever they are read (a configuration's entries
+and pairs, ``--tgt-lang``, a server's ``tgt_lang``, LibreTranslate's ``source`` and ``target``,
+the web page): ``EN`` and ``en`` are one language and one tag. A configuration writes them in
+one spelling (``attnmt.config.canonical_language``: ``en``, ``pt_BR``); a model's recorded codes
+keep the model's own spelling (an imported OPUS-MT model's ``pt_br``, whose tag is ``>>pt_br<<``),
+and :func:`spelling` maps a code asked for to it.
+
 Written here rather than taken from a library: the tag convention is a few lines of
 bookkeeping over attnmt's own configuration and vocabularies.
 """
@@ -36,6 +43,7 @@ import logging
 import math
 from typing import TYPE_CHECKING
 
+from attnmt.config import canonical_language
 from attnmt.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -49,6 +57,27 @@ TAG = "<2{}>"  # attnmt's tag of a target language (Johnson et al. write <2es>)
 class LanguageError(ConfigError):
     """A target language the model does not know, or none given where the model needs one;
     the message names the languages it knows."""
+
+
+def spelling(code: str, known: list[str]) -> str | None:
+    """The entry of ``known`` (a model's spellings) that names ``code``, compared ignoring case:
+    the exact one first; among several that differ only in case (OPUS-MT's ``pt_br`` and
+    ``pt_BR``), the canonical one (``attnmt.config.canonical_language``), else the first;
+    None where none does."""
+    if code in known:
+        return code
+    matches = [k for k in known if k.casefold() == code.casefold()]
+    if not matches:
+        return None
+    canonical = canonical_language(code)
+    return canonical if canonical in matches else matches[0]
+
+
+def same_language(a: str | None, b: str | None) -> bool:
+    """Whether two codes (None: not given) name one language, compared ignoring case."""
+    if a is None or b is None:
+        return a is b
+    return a.casefold() == b.casefold()
 
 
 def corpus_directions(config: "Config") -> list[tuple[str | None, str | None]]:
@@ -81,7 +110,7 @@ def resolve(config: "Config") -> "Config":
     if not known and len(targets - {None}) <= 1:  # bilingual (or many-to-one): no tags
         target = next(iter(targets - {None}), None)
         for i, entry in enumerate(config.data.valid or [] if config.data else []):
-            if target is not None and entry.tgt_lang != target:
+            if target is not None and not same_language(entry.tgt_lang, target):
                 raise ConfigError(f"data.valid[{i}].tgt_lang is {entry.tgt_lang!r} but the training data translates "
                                   f"into {target} only: validate on {target} targets")
         return config
@@ -92,7 +121,7 @@ def resolve(config: "Config") -> "Config":
         out = config.model_copy(deep=True)
         out.tokenizer.target_languages = sorted(targets)
         return out
-    unknown = sorted(targets - set(known))
+    unknown = sorted(t for t in targets if spelling(t, known) is None)
     if unknown:
         raise ConfigError(f"target language {unknown[0]!r} of the training data is not one of the model's "
                           f"(tokenizer.target_languages: {', '.join(known)})")
@@ -132,7 +161,8 @@ def tags(config: "Config") -> list[str]:
 
 def target_language(config: "Config", tgt_lang: str | None) -> str | None:
     """The target language to ask a model for: ``tgt_lang`` checked against the model's
-    languages; for a bilingual model None (no tag) when ``tgt_lang`` is None or its target.
+    languages, ignoring case, and returned in the model's spelling (:func:`spelling`); for a
+    bilingual model None (no tag) when ``tgt_lang`` is None or its target.
 
     Raises:
         LanguageError: a multilingual model without ``tgt_lang``, or a language it does not
@@ -141,7 +171,7 @@ def target_language(config: "Config", tgt_lang: str | None) -> str | None:
     known = config.tokenizer.target_languages
     if not known:
         own = bilingual_languages(config)[1]
-        if tgt_lang is not None and own is not None and tgt_lang != own:
+        if tgt_lang is not None and own is not None and not same_language(tgt_lang, own):
             raise LanguageError(f"this model translates into {own} only, not {tgt_lang!r}")
         if tgt_lang is not None and own is None:
             log.warning("this model's configuration names no target language; it translates into the one it "
@@ -150,9 +180,10 @@ def target_language(config: "Config", tgt_lang: str | None) -> str | None:
     if tgt_lang is None:
         raise LanguageError(f"this model translates into several languages: choose one with --tgt-lang (the "
                             f"request's tgt_lang): {', '.join(known)}")
-    if tgt_lang not in known:
+    lang = spelling(tgt_lang, known)
+    if lang is None:
         raise LanguageError(f"unknown target language {tgt_lang!r}; this model knows {', '.join(known)}")
-    return tgt_lang
+    return lang
 
 
 def source_prefix(config: "Config", tokenizer, tgt_lang: str | None) -> list[int]:

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Callable
 import yaml
 from safetensors import SafetensorError, safe_open
 
-from attnmt.config import Config, ModelConfig, config_from_yaml
+from attnmt.config import Config, ModelConfig, canonical_language, config_from_yaml
 from attnmt.data.tokenizers import Tokenizer, VocabTokenizer, WordTokenizer
-from attnmt.errors import CheckpointError, ConfigError, WriteError
+from attnmt.errors import CheckpointError, ConfigError, write_error
 
 if TYPE_CHECKING:  # PyTorch is imported by the functions that build or load a model, so that the
     from torch import nn  # engines without it (CTranslate2) read config.yaml and the tokenizers here
@@ -79,7 +79,8 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
     (:func:`writes_in_place`) is written directly, ``write(path)``.
 
     Raises:
-        WriteError: the file cannot be written (full disk, no permission, ...); ``path`` is unchanged.
+        WriteError: the file cannot be written (no permission, ...; :class:`attnmt.errors.DiskFull`
+            for a full disk); ``path`` is unchanged.
     """
     path = Path(path)
     if writes_in_place(path):
@@ -87,7 +88,7 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
             write(str(path))
         except (OSError, RuntimeError, SafetensorError) as e:
             reason = getattr(e, "strerror", None) or str(e).splitlines()[0]
-            raise WriteError(f"{path}: cannot write: {reason}") from e
+            raise write_error(f"{path}: cannot write: {reason}", e) from e
         return
     if path.is_symlink():  # replace the file a link names, never the link itself
         path = path.resolve()
@@ -106,7 +107,7 @@ def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
         fsync_dir(path.parent)
     except (OSError, RuntimeError, SafetensorError) as e:  # torch.save reports a failed write as RuntimeError
         reason = getattr(e, "strerror", None) or str(e).splitlines()[0]
-        raise WriteError(f"{path}: cannot write: {reason}{_free_space(path.parent)}") from e
+        raise write_error(f"{path}: cannot write: {reason}{_free_space(path.parent)}", e) from e
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
@@ -237,8 +238,8 @@ def model_languages(model_dir: str | Path) -> tuple[str | None, str | None]:
             source = (f.metadata() or {}).get("imported_from", "")
     except (SafetensorError, OSError):
         return languages
-    match = re.search(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})/?$", source)
-    return (match.group(1), match.group(2)) if match else languages
+    match = re.search(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})/?$", source, re.IGNORECASE)
+    return (canonical_language(match.group(1)), canonical_language(match.group(2))) if match else languages
 
 
 def architecture(cfg: ModelConfig) -> dict:

@@ -74,7 +74,7 @@ from attnmt.data.corpus import MAX_LINE_CHARS, dataset_pair_files, decode_lines
 from attnmt.data.tokenizers import Tokenizer, VocabTokenizer, WordTokenizer
 from attnmt.data.vectors import vec_words
 from attnmt.data.workers import imap
-from attnmt.errors import ConfigError, DataError, WriteError
+from attnmt.errors import ConfigError, DataError, write_error
 from attnmt.signals import stop_point
 
 log = logging.getLogger(__name__)
@@ -421,7 +421,7 @@ def save_tokenizers(directory: Path, src, tgt) -> dict[str, str]:
             if isinstance(tok, VocabTokenizer) and name.startswith("src."):
                 (directory / "vocab.json").write_text(json.dumps(tok.vocab, ensure_ascii=False), encoding="utf-8")
         except OSError as e:
-            raise WriteError(f"{directory / name}: cannot write: {e.strerror}") from None
+            raise write_error(f"{directory / name}: cannot write: {e.strerror}", e) from None
     names = ("spm.model", "src.spm.model", "tgt.spm.model", "vocab.json", "src.vocab.json", "tgt.vocab.json")
     return {n: shards.sha256_file(directory / n) for n in names if (directory / n).is_file()}
 

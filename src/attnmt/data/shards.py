@@ -39,7 +39,7 @@ from typing import Iterator
 import numpy as np
 
 from attnmt.data.corpus import sha256_file  # noqa: F401  (re-exported: the manifest's hashes)
-from attnmt.errors import DataError, WriteError
+from attnmt.errors import DataError, WriteError, write_error
 
 MANIFEST = "manifest.json"
 FORMAT = "attnmt-prepared-1"
@@ -146,7 +146,7 @@ def staging_dir(output: str | Path, replace: bool = False, empty_ok: bool = Fals
         output.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp"))
     except OSError as e:
-        raise WriteError(f"{output}: cannot write: {e.strerror}") from None
+        raise write_error(f"{output}: cannot write: {e.strerror}", e) from None
     done = False
     try:
         yield tmp
@@ -159,7 +159,7 @@ def staging_dir(output: str | Path, replace: bool = False, empty_ok: bool = Fals
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     except OSError as e:
-        raise WriteError(f"{output}: cannot write: {e.strerror}") from None
+        raise write_error(f"{output}: cannot write: {e.strerror}", e) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         if new_parent and not done:  # leave no empty directory behind (a run directory, say)

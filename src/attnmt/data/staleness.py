@@ -53,7 +53,8 @@ def changed_inputs(config: Config, manifest: dict, data_dir: str | None = None) 
             return f"{corpus.name} weight {entry['weight']} -> {corpus.weight}"
         if corpus.max_pairs != entry.get("max_pairs"):
             return f"{corpus.name} max_pairs {entry.get('max_pairs')} -> {corpus.max_pairs}"
-        if tagged and (corpus.src_lang, corpus.tgt_lang) != (entry.get("src_lang"), entry.get("tgt_lang")):
+        if tagged and not (languages.same_language(corpus.src_lang, entry.get("src_lang"))
+                           and languages.same_language(corpus.tgt_lang, entry.get("tgt_lang"))):
             return f"{corpus.name} languages {entry.get('src_lang')}-{entry.get('tgt_lang')} -> " \
                    f"{corpus.src_lang}-{corpus.tgt_lang}"
         for path, record in ((corpus.src, entry["src"]), (corpus.tgt, entry["tgt"])):

@@ -335,11 +335,15 @@ class VocabTokenizer(Tokenizer):
 
     @classmethod
     def load_with_vocab(cls, path: str | Path, vocab: list[str]) -> "VocabTokenizer":
-        """Load a ``.model`` (or MarianMT ``.spm``) file. Raises CheckpointError if it is missing."""
+        """Load a ``.model`` (or MarianMT ``.spm``) file. Raises CheckpointError if it is missing or
+        not a SentencePiece model."""
         try:
             return cls(Path(path).read_bytes(), vocab)
         except FileNotFoundError:
             raise CheckpointError(f"{path}: no such SentencePiece model") from None
+        except RuntimeError as e:  # SentencePiece's message for an unparsable model, as in Tokenizer
+            raise CheckpointError(f"{path}: not a SentencePiece model (empty, truncated or another format?): "
+                                  f"{str(e).strip()}") from None
 
     def __len__(self) -> int:
         return len(self.vocab)

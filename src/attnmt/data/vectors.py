@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from attnmt.errors import ConfigError, DataError
+from attnmt.errors import ConfigError, DataError, library_call
 
 
 if TYPE_CHECKING:
@@ -84,6 +84,7 @@ def train_fasttext(sentences: list[list[str]], dim: int = 300, epochs: int = 5, 
 
     Raises:
         ConfigError: gensim is not installed (``pip install 'attnmt[vectors]'``).
+        EnvironmentFailure: gensim raised while training.
     """
     try:
         from gensim.models import FastText
@@ -91,8 +92,10 @@ def train_fasttext(sentences: list[list[str]], dim: int = 300, epochs: int = 5, 
         raise ConfigError("training vectors needs gensim: pip install 'attnmt[vectors]'") from None
     # 200,000 hash buckets for the n-grams instead of gensim's 2 million: 1/10 of the memory
     # (2.4 GB for 300 dimensions), plenty for a corpus of tens of thousands of words.
-    model = FastText(vector_size=dim, window=5, min_count=min_count, sg=1, seed=seed, workers=threads,
-                     bucket=200_000)
-    model.build_vocab(corpus_iterable=sentences)
-    model.train(corpus_iterable=sentences, total_examples=len(sentences), epochs=epochs)
+    with library_call("gensim's FastText training", "check the corpus and the options (--min-count), or train "
+                      "without pretrained vectors", RuntimeError):
+        model = FastText(vector_size=dim, window=5, min_count=min_count, sg=1, seed=seed, workers=threads,
+                         bucket=200_000)
+        model.build_vocab(corpus_iterable=sentences)
+        model.train(corpus_iterable=sentences, total_examples=len(sentences), epochs=epochs)
     return {w: model.wv[w].tolist() for w in model.wv.index_to_key}

@@ -19,6 +19,7 @@ import multiprocessing.connection
 import signal
 from typing import Any, Callable, Iterable, Iterator
 
+from attnmt.errors import EnvironmentFailure
 from attnmt.signals import put_off, stop_point
 
 
@@ -57,7 +58,8 @@ def imap(function: Callable, calls: Iterable[tuple], workers: int, initializer: 
 
     Raises:
         Exception: what ``function`` raised in a worker, raised here.
-        RuntimeError: a worker ended without answering (killed, out of memory).
+        EnvironmentFailure: a worker ended without answering (killed, out of memory); the
+            message names the signal or exit status.
         Interrupted: a stop signal (:mod:`attnmt.signals`) arrived.
     """
     if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
@@ -68,6 +70,7 @@ def imap(function: Callable, calls: Iterable[tuple], workers: int, initializer: 
         return
     context = multiprocessing.get_context("fork")
     processes, idle = [], []
+    connections = []  # the parent's end of each worker's pipe, in the order of `processes`
     try:
         with put_off():  # started whole (each one in `processes` before it can be left behind), then the stop
             for _ in range(workers):
@@ -78,6 +81,7 @@ def imap(function: Callable, calls: Iterable[tuple], workers: int, initializer: 
                 process.start()
                 child.close()
                 idle.append(conn)
+                connections.append(conn)
         stop_point()
         busy: dict[Any, int] = {}  # connection -> index of the call it computes
         done: dict[int, Any] = {}  # index -> result, until its turn
@@ -94,7 +98,7 @@ def imap(function: Callable, calls: Iterable[tuple], workers: int, initializer: 
                 return
             else:
                 for conn in multiprocessing.connection.wait(list(busy)):
-                    done[busy.pop(conn)] = _receive(conn)
+                    done[busy.pop(conn)] = _receive(conn, processes[connections.index(conn)])
                     idle.append(conn)
     finally:
         for process in processes:
@@ -103,11 +107,24 @@ def imap(function: Callable, calls: Iterable[tuple], workers: int, initializer: 
             process.join()
 
 
-def _receive(conn) -> Any:
+def _receive(conn, process) -> Any:
     try:
         ok, value = conn.recv()
     except (EOFError, ConnectionResetError):  # as in _serve: a closed or a reset pipe
-        raise RuntimeError("a worker process of attnmt ended without answering (killed, or out of memory)") from None
+        process.join(timeout=5)  # its exit status, which the closed pipe came with
+        raise EnvironmentFailure(f"a worker process of attnmt (pid {process.pid}) ended without answering "
+                                 f"({_how_it_ended(process.exitcode)}): run the command again; if memory is "
+                                 f"short, with fewer --workers") from None
     if not ok:
         raise value
     return value
+
+
+def _how_it_ended(exitcode: int | None) -> str:
+    """A worker's end in words: killed by which signal (out of memory: the kernel's SIGKILL), or its exit status."""
+    if exitcode is None:
+        return "still running, its pipe closed"
+    if exitcode < 0:
+        name = signal.Signals(-exitcode).name
+        return f"killed by {name}{', e.g. by the kernel for want of memory' if name == 'SIGKILL' else ''}"
+    return f"exit status {exitcode}"

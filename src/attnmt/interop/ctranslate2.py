@@ -35,7 +35,8 @@ from attnmt import rundir
 from attnmt.config import ModelConfig
 from attnmt.data.shards import staging_dir
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, UNK_ID
-from attnmt.errors import CheckpointError
+from attnmt.data.shards import staging_dir
+from attnmt.errors import CheckpointError, library_call
 from attnmt.interop.ctranslate2_engine import all_pieces
 from attnmt.interop.extras import require
 from attnmt.model.transformer import Transformer
@@ -194,6 +195,7 @@ def export_ctranslate2(model_dir: str | Path, output: str | Path, quantization: 
     Raises:
         CheckpointError: ``output`` exists and is not empty, or the model directory is incomplete.
         ValueError: an unknown quantization, or int8_weight_bits not 7 or 8.
+        EnvironmentFailure: the converter raised; ``output`` is left as it was.
     """
     output = Path(output)
     if quantization is not None and quantization not in QUANTIZATIONS:
@@ -208,8 +210,10 @@ def export_ctranslate2(model_dir: str | Path, output: str | Path, quantization: 
         kind = "int8 with 7-bit weights"
     else:
         converter, kind = AttnmtConverter(model_dir), quantization or "float32"
-    with staging_dir(output, empty_ok=True) as staging:  # complete or absent
-        converter.convert(str(staging), quantization=quantization, force=True)
-        rundir.copy_translation_files(model_dir, staging)
+    with staging_dir(output, empty_ok=True) as staged:  # complete or absent
+        with library_call("the CTranslate2 converter", "translate with the native engine, or export without "
+                          "--quantization", (RuntimeError, ValueError)):
+            converter.convert(str(staged), quantization=quantization, force=True)
+        rundir.copy_translation_files(model_dir, staged)
     log.info("wrote CTranslate2 model %s (%s)", output, kind)
     return output

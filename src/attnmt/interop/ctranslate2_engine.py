@@ -20,7 +20,7 @@ from pathlib import Path
 from attnmt import rundir
 from attnmt.data.tokenizers import EOS_ID, Tokenizer
 from attnmt.decode.engine import CORE_OPTIONS, Hypothesis, SearchOptions, check_positions
-from attnmt.errors import CheckpointError, ConfigError
+from attnmt.errors import CheckpointError, ConfigError, library_call
 from attnmt.interop.extras import require
 from attnmt.search.hypothesis import output_length_limits
 from attnmt.search.options import check_count
@@ -166,10 +166,11 @@ class CTranslate2Engine:
         without EOS, as every search ends at its limit; forced decoding (``score_batch``) gives
         the log P of those sentences only, and of every sentence when ``return_token_log_probs``."""
         eos, longest = self._eos_piece, max(limits)
-        out = self.translator.translate_batch(
-            src_pieces, beam_size=1, num_hypotheses=1, length_penalty=0.0, max_decoding_length=longest,
-            min_decoding_length=0, return_end_token=True, return_scores=True, max_input_length=0,
-            suppress_sequences=self._forbidden or None)
+        with _ctranslate2("translate_batch"):
+            out = self.translator.translate_batch(
+                src_pieces, beam_size=1, num_hypotheses=1, length_penalty=0.0, max_decoding_length=longest,
+                min_decoding_length=0, return_end_token=True, return_scores=True, max_input_length=0,
+                suppress_sequences=self._forbidden or None)
         found: list[tuple[list[str], float | None]] = []  # (pieces without EOS, log P if it ended, else None: cut)
         for result, limit in zip(out, limits):
             pieces = result.hypotheses[0]
@@ -196,13 +197,15 @@ class CTranslate2Engine:
                     length_penalty=alpha, min_decoding_length=0, return_end_token=True, return_scores=True,
                     max_input_length=0, suppress_sequences=self._forbidden or None)
         longest = max(limits)
-        found = list(self.translator.translate_batch(src_pieces, max_decoding_length=longest, **args))
+        with _ctranslate2("translate_batch"):
+            found = list(self.translator.translate_batch(src_pieces, max_decoding_length=longest, **args))
         again: dict[int, list[int]] = {}  # limit -> sentences whose search reached it
         for i, (result, limit) in enumerate(zip(found, limits)):
             if limit < longest and any(len(h) >= limit for h in result.hypotheses):
                 again.setdefault(limit, []).append(i)
         for limit, idx in again.items():
-            out = self.translator.translate_batch([src_pieces[i] for i in idx], max_decoding_length=limit, **args)
+            with _ctranslate2("translate_batch"):
+                out = self.translator.translate_batch([src_pieces[i] for i in idx], max_decoding_length=limit, **args)
             for i, result in zip(idx, out):
                 found[i] = result
         eos = self._eos_piece
@@ -247,7 +250,17 @@ class CTranslate2Engine:
         the EOS after them."""
         if not targets:
             return []
-        return [list(r.log_probs) for r in self.translator.score_batch(sources, targets, max_input_length=0)]
+        with _ctranslate2("score_batch"):
+            scored = self.translator.score_batch(sources, targets, max_input_length=0)
+        return [list(r.log_probs) for r in scored]
+
+
+def _ctranslate2(call: str):
+    """The boundary of a call into CTranslate2's translator: its ``RuntimeError`` (a failed
+    allocation, a kernel that fails on this machine) becomes ``EnvironmentFailure``; its
+    ``ValueError`` (an option it refuses) stays the user's error."""
+    return library_call(f"CTranslate2 ({call})", "translate with --engine native, or export the model again with "
+                        "'attnmt export ctranslate2'", RuntimeError)
 
 
 def _body(pieces: list[str], eos: str) -> list[str]:

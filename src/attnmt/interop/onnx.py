@@ -50,7 +50,8 @@ from attnmt.config import ModelConfig
 from attnmt.data.shards import staging_dir
 from attnmt.data.tokenizers import EOS_ID, PAD_ID
 from attnmt.decode.engine import CORE_OPTIONS, Hypothesis, SearchOptions, check_positions
-from attnmt.errors import CheckpointError, ConfigError
+from attnmt.data.shards import staging_dir
+from attnmt.errors import CheckpointError, ConfigError, library_call
 from attnmt.interop.extras import require
 from attnmt.model.attention import KVCache, LayerCache, padding_mask
 from attnmt.model.transformer import Transformer, forbid
@@ -161,6 +162,7 @@ def export_onnx(model_dir: str | Path, output: str | Path, attention: bool = Fal
     Raises:
         CheckpointError: ``output`` exists and is not empty, or the model directory is incomplete.
         AttnmtError: onnx is not installed (the ``export`` extra).
+        EnvironmentFailure: the exporter or the checker raised; ``output`` is left as it was.
     """
     onnx = require("onnx")
     output = Path(output)
@@ -168,13 +170,18 @@ def export_onnx(model_dir: str | Path, output: str | Path, attention: bool = Fal
         raise CheckpointError(f"{output}: exists and is not empty; choose a new directory")
     _, _, _, model = rundir.load_model_dir(model_dir)
     model.eval().set_fused_attention(encoder=False, decoder=False)
-    with staging_dir(output, empty_ok=True) as staging, torch.no_grad():  # complete or absent
-        _export_graphs(model, staging, attention)
-        for name in (ENCODER, DECODER_STEP):
-            onnx.checker.check_model(str(staging / name))
-        rundir.copy_translation_files(model_dir, staging)
+    with staging_dir(output, empty_ok=True) as staged:  # complete or absent
+        with library_call("the ONNX export (torch.onnx.export, onnx.checker)", "translate with the native engine, "
+                          "or report the model's configuration as an attnmt bug", EXPORT_ERRORS), torch.no_grad():
+            _export_graphs(model, staged, attention)
+            for name in (ENCODER, DECODER_STEP):
+                onnx.checker.check_model(str(staged / name))
+        rundir.copy_translation_files(model_dir, staged)
     log.info("wrote ONNX graphs %s and %s to %s", ENCODER, DECODER_STEP, output)
     return output
+
+
+EXPORT_ERRORS = (RuntimeError, ValueError)  # torch.onnx's (OnnxExporterError is a RuntimeError) and onnx.checker's
 
 
 def _providers(ort, device: str) -> tuple[list, str]:
@@ -251,6 +258,7 @@ class OnnxTransformer:
         load_errors = tuple(getattr(state, name) for name in ("Fail", "InvalidArgument", "NoSuchFile", "NoModel",
                                                                "InvalidProtobuf", "InvalidGraph", "RuntimeException")
                             if hasattr(state, name))
+        self.errors = load_errors  # what ONNX Runtime raises, at loading and at running a graph
         sessions = []
         for path in paths:
             try:
@@ -342,6 +350,9 @@ class OnnxEngine:
 
         Raises:
             PositionError: a source longer than max_positions, before ONNX Runtime sees it.
+            EnvironmentFailure: ONNX Runtime raised while running a graph.
         """
         check_positions(sources, self.config.model.max_positions, "source")
-        return search_batch(self.model, sources, options)
+        with library_call("ONNX Runtime (running the exported graphs)", "translate with --engine native, or export "
+                          "the model again with 'attnmt export onnx'", self.model.errors):
+            return search_batch(self.model, sources, options)

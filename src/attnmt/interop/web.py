@@ -54,7 +54,7 @@ from attnmt.config import DEFAULT_ATTENTION_LAYER
 from attnmt.data.shards import staging_dir
 from attnmt.data.tokenizers import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, VocabTokenizer,
                                     reserved_as_control)
-from attnmt.errors import AttnmtError, CheckpointError
+from attnmt.errors import AttnmtError, CheckpointError, library_call
 from attnmt.interop import web_bundle
 from attnmt.interop.extras import require
 from attnmt.interop.onnx import DECODER_STEP, ENCODER, export_onnx
@@ -104,7 +104,9 @@ def _quantize_int8(src: Path, dst: Path) -> None:
     root = logging.getLogger()  # the quantizer logs an INFO line per tensor straight to the root logger
     root.addFilter(shown)  # (a root filter sees only the root's own records, not attnmt's)
     try:
-        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+        with library_call("ONNX Runtime's int8 quantizer (quantize_dynamic)", "export the page without "
+                          "quantization (--quantization float32)", (RuntimeError, ValueError)):
+            quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
     finally:
         root.removeFilter(shown)
 

@@ -82,7 +82,11 @@ def build(web_dir: Path, say) -> bool:
         return False
     say(f"attnmt: building the web page in {web_dir} (npm ci && npm run build)")
     for args in ([npm, "ci", "--no-audit", "--no-fund"], [npm, "run", "build"]):
-        run = subprocess.run(args, cwd=web_dir, capture_output=True, text=True)
+        try:
+            run = subprocess.run(args, cwd=web_dir, capture_output=True, text=True)
+        except OSError as e:  # npm gone or not executable since shutil.which saw it
+            say(f"attnmt: the web page was not built: {npm} cannot run ({e.strerror or e}) in {web_dir}")
+            return False
         if run.returncode != 0:
             tail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
             say(f"attnmt: the web page was not built: '{' '.join(args[1:])}' failed in {web_dir}: {tail[0]}")

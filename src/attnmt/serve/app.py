@@ -60,7 +60,7 @@ from attnmt.config import DEFAULT_ALIGNMENT_LAYER, DEFAULT_ATTENTION_LAYER
 from attnmt.decode.alignment import format_alignment
 from attnmt.decode.engine import UnsupportedOption, check_supported
 from attnmt.decode.translator import Translation, Translator
-from attnmt.languages import LanguageError, served_languages, target_language
+from attnmt.languages import LanguageError, served_languages, spelling, target_language
 from attnmt.serve import libre
 from attnmt.serve.batcher import Closed, DynamicBatcher, Job, QueueFull
 from attnmt.serve.metrics import ServeMetrics
@@ -238,13 +238,21 @@ class TranslationService:
         early = decode.early_stopping if early_stopping is None else early_stopping
         return early, (patience if patience is not None else decode.patience if early else 1.0)
 
+    def spelled(self, code: str) -> str:
+        """``code`` in the model's spelling where it names one of its languages, compared
+        ignoring case (``attnmt.languages.spelling``); else ``code`` unchanged."""
+        return spelling(code, self.targets) or spelling(code, self.sources) or code
+
     def targets_of(self, source: str) -> list[str]:
         """The languages ``source`` translates into: a multilingual model's every target but
         ``source`` itself (zero-shot directions included), a bilingual model's target from its
-        source; [] for a language it does not read."""
-        if source not in self.sources:
+        source; [] for a language it does not read (codes compared ignoring case)."""
+        source = spelling(source, self.sources)
+        if source is None:
             return []
-        return [t for t in self.targets if t != source] if self.multilingual else list(self.targets)
+        if not self.multilingual:
+            return list(self.targets)
+        return [t for t in self.targets if t.casefold() != source.casefold()]
 
     def target_language(self, tgt_lang: str | None) -> str | None:
         """A request's ``tgt_lang`` checked against the model (``attnmt.languages.target_language``):
@@ -254,7 +262,7 @@ class TranslationService:
             LanguageError: missing for a multilingual model, or a language the model does not
                 translate into (the message names those it does).
         """
-        if not self.multilingual and tgt_lang is not None and self.targets and tgt_lang not in self.targets:
+        if not self.multilingual and tgt_lang is not None and self.targets and spelling(tgt_lang, self.targets) is None:
             raise LanguageError(f"this model translates into {self.targets[0]} only, not {tgt_lang!r}")
         return target_language(self.translator.config, tgt_lang)
 

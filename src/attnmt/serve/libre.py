@@ -117,6 +117,7 @@ def add_routes(app: FastAPI, ready: Callable) -> None:
         elif detected and service.multilingual:
             return _error(400, f"auto detection is not supported by a multilingual model; give source (one of "
                                f"{', '.join(service.sources)})")
+        source, target = service.spelled(source), service.spelled(target)  # 'EN' is the model's 'en'
         for code in (source, target):
             if code not in service.sources + service.targets:
                 return _error(400, f"{code} is not supported")

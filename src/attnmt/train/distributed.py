@@ -58,6 +58,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from attnmt.errors import library_call
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -113,12 +115,18 @@ def backend_for(device: torch.device) -> str:
 
 def init(ranks: Ranks, device: torch.device) -> None:
     """Join the process group (rendezvous at torchrun's ``MASTER_ADDR:MASTER_PORT``) unless this
-    is a single process or the group exists already."""
+    is a single process or the group exists already.
+
+    Raises:
+        EnvironmentFailure: the rendezvous failed (torch.distributed's ``DistError``, a RuntimeError).
+    """
     global _data_group
     if ranks.distributed and not dist.is_initialized():
-        dist.init_process_group(backend_for(device), rank=ranks.rank, world_size=ranks.world_size,
-                                timeout=GROUP_TIMEOUT, device_id=device if device.type == "cuda" else None)
-        _data_group = dist.new_group(backend="gloo", timeout=DATA_TIMEOUT)
+        with library_call("torch.distributed (joining the process group)", "start every rank with torchrun, and "
+                          "check MASTER_ADDR, MASTER_PORT and the network between the machines", RuntimeError):
+            dist.init_process_group(backend_for(device), rank=ranks.rank, world_size=ranks.world_size,
+                                    timeout=GROUP_TIMEOUT, device_id=device if device.type == "cuda" else None)
+            _data_group = dist.new_group(backend="gloo", timeout=DATA_TIMEOUT)
         log.info("rank %d of %d joined the %s process group", ranks.rank, ranks.world_size, backend_for(device))
 
 

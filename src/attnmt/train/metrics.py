@@ -23,7 +23,7 @@ import os
 import time
 from pathlib import Path
 
-from attnmt.errors import DataError, WriteError
+from attnmt.errors import DataError, write_error
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class MetricsLog:
         fsynced; numbers also go to TensorBoard.
 
         Raises:
-            WriteError: the line cannot be written (e.g. a full disk); the file is cut back to
+            WriteError: the line cannot be written (a full disk: ``DiskFull``); the file is cut back to
                 its last whole record.
         """
         line = (json.dumps(finite_or_none({"kind": kind, **record}), allow_nan=False) + "\n").encode("utf-8")
@@ -78,7 +78,7 @@ class MetricsLog:
         except OSError as e:
             if self.path.exists() and self.path.stat().st_size > self.size:
                 os.truncate(self.path, self.size)
-            raise WriteError(f"{self.path}: cannot write: {e.strerror or e}") from e
+            raise write_error(f"{self.path}: cannot write: {e.strerror or e}", e) from e
         self.size += len(line)
         if self.tensorboard is not None and "step" in record:
             for key, value in record.items():

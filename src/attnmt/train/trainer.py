@@ -46,7 +46,7 @@ once, keeping nothing half-done (``attnmt.signals``). Corpus weights that sample
 "Best" means higher validation BLEU, then lower perplexity.
 
 Compiled training step (``train.compile``, a speed switch): the encoder and decoder stacks of
-the loss go through ``torch.compile`` (:func:`compiled`; eager without a C++ compiler on CPU, with
+the loss go through ``torch.compile`` (:func:`attnmt.train.compiling.compiled`; eager without a C++ compiler on CPU, with
 a warning); the run's graphs and compile seconds are in the ``done`` record.
 
 Library: torch.optim (Adam, SGD, LambdaLR), torch.compile, tqdm.
@@ -58,12 +58,9 @@ import contextlib
 import json
 import logging
 import math
-import os
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -87,6 +84,7 @@ from attnmt.search.batched import native_search
 from attnmt.search.options import SearchOptions
 from attnmt.signals import Interrupted, StopSignals, stop_point
 from attnmt.train import distributed, finetune
+from attnmt.train.compiling import compiled, compiled_graphs, compiles_here
 from attnmt.train.data import (check_epoch_sample, check_signature, epoch_length, epoch_share, open_training_data,
                                signature, write_run_tokenizers)
 from attnmt.train.checkpoint import (EPOCH_WEIGHTS, LAST_STATE, STEP_WEIGHTS, average_weights, load_state,
@@ -135,42 +133,6 @@ class Progress:
     finished: bool = False  # the final validation, averaging and the 'done' record are written
     log_bytes: int | None = None  # length of train_log.jsonl when the state was saved
     expected_steps: float = float("inf")  # updates the time budget is expected to hold (schedule time_budget)
-
-
-def compiled(function: Callable) -> Callable:
-    """``function`` through ``torch.compile`` (the inductor backend) with dynamic shapes, so that
-    batches of new lengths reuse the compiled code instead of compiling again; random draws
-    (dropout) are PyTorch's own kernels (``fallback_random``), so a seed gives the eager run's
-    masks. How many graphs a run compiled is :func:`compiled_graphs`.
-
-    Library: torch.compile (TorchDynamo and TorchInductor).
-    """
-    import torch._inductor.config as inductor_config
-
-    inductor_config.fallback_random = True
-    return torch.compile(function, dynamic=True)
-
-
-def compiler_missing(device: torch.device) -> str | None:
-    """Why ``torch.compile`` cannot run here, or None: on CPU the inductor backend builds its
-    kernels with a C++ compiler (``$CXX``, else g++, c++ or clang++ on PATH)."""
-    if device.type != "cpu":
-        return None
-    names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "c++", "clang++"]
-    if any(shutil.which(name) for name in names):
-        return None
-    return "no C++ compiler on PATH (Debian package g++), which torch.compile needs on CPU"
-
-
-def compiled_graphs() -> tuple[int, float]:
-    """The graphs TorchDynamo has compiled in this process (recompilations included) and the
-    seconds spent compiling them, forward and backward graphs (wall clock, part of the run's
-    minutes)."""
-    from torch._dynamo.utils import compilation_time_metrics, counters
-
-    seconds = sum(t for key, times in compilation_time_metrics.items()
-                  if key == "_compile.compile_inner" or key.endswith("bw_compiler") for t in times)
-    return int(counters["stats"]["unique_graphs"]), seconds
 
 
 class BatchLoss(torch.nn.Module):
@@ -244,6 +206,7 @@ class Trainer:
         self.ranks = distributed.from_env()
         self.device = resolve_device(tc.device, self.ranks.local_rank if self.ranks.distributed else None)
         configure(self.device)
+        self.compiled = compiles_here(tc.compile, self.device)  # a broken compiler: one line before any writing
         distributed.init(self.ranks, self.device)
         # rank 0's saved state (None for a new run) on every rank
         state = distributed.broadcast(self._check_run_dir(resume) if self.ranks.is_main else None, self.device)
@@ -283,13 +246,8 @@ class Trainer:
             alpha=tc.alpha, expected_steps=self.state.expected_steps, warmup_fraction=tc.warmup_fraction,
             budget_decay=tc.budget_decay))
         self.scaler = grad_scaler(self.precision, self.device.type)
-        compile = tc.compile
-        if compile and (missing := compiler_missing(self.device)):
-            log.warning("train.compile: %s: training eager instead", missing)
-            compile = False
-        self.compiled = compile
         self.loss = BatchLoss(self.model, tc.label_smoothing, per_sentence=tc.loss_normalization == "sentences",
-                              compile=compile)
+                              compile=self.compiled)
         if state is not None:
             self._restore(state)
         elif self.ranks.rank > 0:

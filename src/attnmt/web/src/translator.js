@@ -29,6 +29,12 @@ function gatherRows(data, rows, R) {
 /** Sentences searched together by translateBatch (its default). */
 export const BATCH_SIZE = 32;
 
+/** Whether two language codes name one language: compared ignoring case, as attnmt does
+ * (attnmt.languages.same_language): 'EN' is 'en', 'pt_br' is 'pt_BR'. */
+export function sameLanguage(a, b) {
+  return a.toLowerCase() === b.toLowerCase();
+}
+
 const int64 = (ort, values, dims) => new ort.Tensor("int64", BigInt64Array.from(values, (v) => BigInt(v)), dims);
 
 /**
@@ -217,11 +223,14 @@ export class Translator {
     const known = this.targetLanguages, codes = known.map((l) => l.code).join(", ");
     if (!known.length) {
       const own = this.config.tgt_lang;
-      if (tgtLang && own && tgtLang !== own) throw new Error(`this model translates into ${own} only, not '${tgtLang}'`);
+      if (tgtLang && own && !sameLanguage(tgtLang, own)) {
+        throw new Error(`this model translates into ${own} only, not '${tgtLang}'`);
+      }
       return [];
     }
     if (!tgtLang) throw new Error(`this model translates into several languages: choose one: ${codes}`);
-    const lang = known.find((l) => l.code === tgtLang);
+    // codes compared ignoring case, the exact spelling first (attnmt.languages.spelling)
+    const lang = known.find((l) => l.code === tgtLang) ?? known.find((l) => sameLanguage(l.code, tgtLang));
     if (!lang) throw new Error(`unknown target language '${tgtLang}'; this model knows ${codes}`);
     return [lang.tag_id];
   }

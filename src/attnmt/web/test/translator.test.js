@@ -170,3 +170,13 @@ test("a bilingual model's sources have no tag; another target language is refuse
   }
   assert.throws(() => fakeTranslator({ tgt_lang: "en" }).encodeSource("ab", "fr"), /into en only, not 'fr'/);
 });
+
+test("language codes are compared ignoring case, the model's exact spelling first", () => {
+  const tr = fakeTranslator({ target_languages: [{ code: "de", tag_id: 4 }, { code: "pt_br", tag_id: 5 },
+                                                 { code: "pt_BR", tag_id: 6 }] });
+  assert.deepEqual(tr.encodeSource("ab", "DE"), [4, 10, 11, EOS]);
+  assert.deepEqual(tr.encodeSource("ab", "pt_br"), [5, 10, 11, EOS]);
+  assert.deepEqual(tr.encodeSource("ab", "pt_BR"), [6, 10, 11, EOS]);
+  assert.deepEqual(fakeTranslator({ tgt_lang: "en" }).encodeSource("ab", "EN"), [10, 11, EOS]);
+  assert.throws(() => tr.encodeSource("ab", "PT"), /unknown target language 'PT'/);
+});
