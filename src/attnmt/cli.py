@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import logging
 import math
 import os
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER, DEFAULT_ATTENTION_LAYER
 from attnmt.errors import AttnmtError, WriteError
+from attnmt.oneline import json_line, one_line
 from attnmt.signals import Interrupted, StopSignals
 
 log = logging.getLogger("attnmt")
@@ -137,22 +137,6 @@ def check_output_dir(path: str, option: str) -> None:
         raise WriteError(f"{option} {path}: {existing} is not writable")
 
 
-def _one_line(text: str) -> str:
-    """``text`` with every line break Python knows (CR, U+2028, ...) replaced by a space, so an
-    output line stays one line for every reader."""
-    return " ".join(text.splitlines())
-
-
-def _json_line(obj) -> str:
-    """Strict JSON: numbers that are not finite (a NaN model's scores) become null; the line
-    breaks JSON leaves raw (U+0085, U+2028, U+2029) are escaped, so a record is one line for
-    every reader."""
-    from attnmt.train.metrics import finite_or_none
-
-    text = json.dumps(finite_or_none(obj), ensure_ascii=False, allow_nan=False)
-    return text.replace("\x85", "\\u0085").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
-
-
 def _read_input(path: str | None) -> list[str]:
     from attnmt.data.corpus import decode_lines, read_lines
 
@@ -188,7 +172,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     result = train(config, args.output, resume=args.resume, data_dir=args.data_dir,
                    allow_data_change=args.allow_data_change)
     if is_main:
-        print(_json_line(result.__dict__))
+        print(json_line(result.__dict__))
     if result.interrupted_by:  # a stop signal: the conventional exit status 128 + its number
         return 128 + signal.Signals[result.interrupted_by].value
     return 0
@@ -210,13 +194,13 @@ def cmd_distill(args: argparse.Namespace) -> int:
     target_language(teacher.config, tgt_lang)  # before anything is written
 
     def translate(lines: list[str]) -> list[str]:
-        return [_one_line(r.text) for r in teacher.translate(lines, tgt_lang=tgt_lang)]
+        return [one_line(r.text) for r in teacher.translate(lines, tgt_lang=tgt_lang)]
 
     record = teacher_record(args.model, args.engine, decode.model_dump(mode="json"), tgt_lang)
     with StopSignals(raising=True):  # finished chunks stay for a rerun; the one in progress is dropped
         result = distill(config, args.output, translate, record, mix_original=args.mix_original,
                          data_dir=args.data_dir)
-    print(_json_line(result.__dict__))
+    print(json_line(result.__dict__))
     if result.interrupted_by:
         return 128 + signal.Signals[result.interrupted_by].value
     return 0
@@ -245,7 +229,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
                            progress=True)
     size = sum(f.stat().st_size for f in Path(args.output).iterdir())
     train_info = manifest["train"]
-    print(_json_line({"output": args.output, "lines": train_info["lines"], "pairs": train_info["pairs"],
+    print(json_line({"output": args.output, "lines": train_info["lines"], "pairs": train_info["pairs"],
                       "dropped": train_info["dropped"], "valid_pairs": (manifest["valid"] or {}).get("pairs"),
                       "seconds": manifest["seconds"], "pairs_per_second": round(train_info["lines"] /
                                                                                 max(manifest["seconds"], 1e-9)),
@@ -303,20 +287,16 @@ def _engine_translator(args: argparse.Namespace):
 
 
 def _stopping_rule(decode, args: argparse.Namespace):
-    """``decode`` (a ``DecodeConfig``) with ``--early-stopping`` / ``--patience`` applied;
-    ``--early-stopping false`` alone also resets the patience to 1.
+    """``decode`` (a ``DecodeConfig``) under ``--early-stopping`` / ``--patience``
+    (``attnmt.search.options.stopping_rule``).
 
     Raises:
         ValueError: a patience other than 1 without early stopping (one line, exit 2).
     """
-    from attnmt.search.options import SearchOptions
+    from attnmt.search.options import SearchOptions, stopping_rule
 
-    update = {} if args.early_stopping is None else {"early_stopping": args.early_stopping}
-    if args.early_stopping is False and args.patience is None:
-        update["patience"] = 1.0
-    if args.patience is not None:
-        update["patience"] = args.patience
-    decode = decode.model_copy(update=update)
+    early_stopping, patience = stopping_rule(decode, args.early_stopping, args.patience)
+    decode = decode.model_copy(update={"early_stopping": early_stopping, "patience": patience})
     SearchOptions.from_config(decode)  # checks the pair
     return decode
 
@@ -357,6 +337,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
+    from attnmt.decode.output import format_translations
+
     check_output_file(args.output, "--output")
     check_input_file(args.input, "--input")
     tr = _with_stopping_rule(_engine_translator(args), args)
@@ -399,60 +381,6 @@ def _read_constraints(path: str, count: int, tr) -> list[list[str]]:
     return constraints
 
 
-def format_translations(results, fmt: str, scores: bool, nbest: int, confidence=None) -> list[str]:
-    """Output lines for ``translate``.
-
-    text, plain: one translation a line. text with ``--scores`` or ``--nbest``: one line per
-    hypothesis, ``ID ||| TRANSLATION ||| SCORE ||| LOG_PROB`` (ID = 0-based input line; SCORE =
-    length-penalised; LOG_PROB = sum of token log-probabilities), with ``--scores`` a fifth field
-    ``||| piece=prob piece=prob ...`` (each output subword, '</s>' last, with its probability).
-    With ``--alignments`` every text line ends with `` ||| ALIGNMENT`` (Moses ``i-j`` pairs).
-    jsonl: one object per input line, {"id", "hypotheses": [{"text", "score", "log_prob",
-    "tokens", "token_probs", "mean_log_prob", "words", "word_probs"}]} (the confidence fields
-    from ``confidence``, e.g. ``Translator.confidence``), with ``--alignments`` an "alignment"
-    per hypothesis and for the best one at the top, and "warnings" when a constraint was left
-    out; strict JSON: a number that is not finite (the scores of a model with NaN weights) is null.
-    Every input line gets its lines (one, or one per hypothesis: ``nbest`` of them, see
-    ``Translator.translate``); line breaks inside a translation become spaces.
-    """
-    from attnmt.decode.alignment import format_alignment
-
-    def aligned(h) -> str:
-        return "" if h.alignment is None else f" ||| {format_alignment(h.alignment)}"
-
-    if fmt == "jsonl":
-        records = []
-        for i, r in enumerate(results):
-            hyps = []
-            for h in r.hypotheses:
-                hyp = {"text": h.text, "score": h.score, "log_prob": h.log_prob, "tokens": h.pieces,
-                       "token_probs": [math.exp(lp) for lp in h.token_log_probs]}
-                if confidence is not None:
-                    words, probs = confidence(h)
-                    hyp.update(mean_log_prob=h.mean_log_prob, words=words, word_probs=probs)
-                if h.alignment is not None:
-                    hyp["alignment"] = format_alignment(h.alignment)
-                hyps.append(hyp)
-            record = {"id": i, "hypotheses": hyps}
-            if r.hypotheses and r.hypotheses[0].alignment is not None:
-                record["alignment"] = hyps[0]["alignment"]
-            if r.warnings:
-                record["warnings"] = r.warnings
-            records.append(_json_line(record))
-        return records
-    if not scores and nbest == 1:
-        return [_one_line(r.text) + (aligned(r.hypotheses[0]) if r.hypotheses else "") for r in results]
-    lines = []
-    for i, r in enumerate(results):
-        for h in r.hypotheses:
-            line = f"{i} ||| {_one_line(h.text)} ||| {h.score:.6f} ||| {h.log_prob:.6f}"
-            if scores:
-                line += " ||| " + " ".join(f"{_one_line(p)}={math.exp(lp):.6f}"
-                                           for p, lp in zip(h.pieces, h.token_log_probs))
-            lines.append(line + aligned(h))
-    return lines
-
-
 def cmd_score(args: argparse.Namespace) -> int:
     from attnmt.data.corpus import read_parallel
 
@@ -464,11 +392,11 @@ def cmd_score(args: argparse.Namespace) -> int:
     total_tokens = sum(len(r.token_ids) for r in results)
     corpus_ppl = _perplexity(total_lp, total_tokens)
     if args.format == "jsonl":
-        lines = [_json_line({"id": i, "log_prob": r.log_prob, "tokens": len(r.token_ids),
+        lines = [json_line({"id": i, "log_prob": r.log_prob, "tokens": len(r.token_ids),
                              "perplexity": _perplexity(r.log_prob, len(r.token_ids)),
                              "words": (conf := tr.confidence(r))[0], "word_probs": conf[1]})
                  for i, r in enumerate(results)]
-        lines.append(_json_line({"corpus": True, "log_prob": total_lp, "tokens": total_tokens,
+        lines.append(json_line({"corpus": True, "log_prob": total_lp, "tokens": total_tokens,
                                  "perplexity": corpus_ppl}))
     else:
         lines = [f"{i}\t{r.log_prob:.6f}\t{len(r.token_ids)}\t{_perplexity(r.log_prob, len(r.token_ids)):.4f}"
@@ -586,7 +514,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.hyp_output:
         _write_output(args.hyp_output, hyps)
     if args.json:
-        print(_json_line(scores))
+        print(json_line(scores))
     else:
         print(f"BLEU = {scores['bleu']:.2f}  ({scores['bleu_signature']})")
         print(f"chrF = {scores['chrf']:.2f}  ({scores['chrf_signature']})")
@@ -909,11 +837,11 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except Interrupted as e:  # a stop signal during staged work: nothing half-written is left
         log.debug("the stop's traceback", exc_info=True)
-        print(f"attnmt: {_one_line(str(e))}", file=sys.stderr)
+        print(f"attnmt: {one_line(str(e))}", file=sys.stderr)
         return e.exit_code
     except (AttnmtError, ValueError) as e:  # ValueError: option values the library refuses (nbest > beam)
         log.debug("the error's traceback", exc_info=True)
-        print(f"attnmt: error: {_one_line(str(e))}", file=sys.stderr)
+        print(f"attnmt: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except OSError as e:  # the system refused a read or write not caught where it happened
         log.debug("the error's traceback", exc_info=True)
