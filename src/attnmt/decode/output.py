@@ -1,4 +1,5 @@
-"""What a translation looks like to its reader, written once for the command line and the HTTP API.
+"""The output of a translation, built once for the command line and the HTTP API: the
+hypothesis record (JSON) and the text, Moses n-best and JSON lines of ``attnmt translate``.
 
 :func:`hypothesis_record` is the JSON record of one hypothesis, the same in ``attnmt translate
 --format jsonl`` and in the answers of ``attnmt serve`` (``/v1/translate``, the stream's

@@ -1,4 +1,5 @@
-"""The options of one search call, shared by every engine (native, CTranslate2, ONNX Runtime).
+"""The options of one search call, shared by every engine (native, CTranslate2, ONNX Runtime),
+and the defaults of a call's stopping rule.
 
 They live in the search layer so that training (validation decoding) and translation build the
 same object; ``attnmt.decode.engine`` re-exports :class:`SearchOptions` and says which engine

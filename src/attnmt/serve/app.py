@@ -1,4 +1,5 @@
-"""The HTTP API of ``attnmt serve``: the FastAPI app, its shared state and the model loading.
+"""The HTTP API of ``attnmt serve``: the FastAPI app assembled from its parts, the model loading
+in the background, and every 503.
 
 Routes:
     ``POST /v1/translate``: ``{"text": str | [str], "tgt_lang"?, "beam_size"?, "nbest"?,

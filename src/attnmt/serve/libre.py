@@ -148,7 +148,8 @@ def add_routes(app: FastAPI, state: AppState) -> None:
             return _refusal(state.busy(e), f"Slowdown: {e}")
         except TimeoutError:
             return _error(504, f"not translated within {s.request_timeout_s} s")
-        out, at = [], 0
+        out = []
+        at = 0  # the first line of this text in results
         for text in texts:
             n = len(text.splitlines() or [""])
             out.append("\n".join(r.text for r, _ in results[at: at + n]))

@@ -1,5 +1,5 @@
-"""The translation service behind the HTTP routes: a loaded translator, its dynamic batchers and
-what a request may ask of them.
+"""The translation service behind the HTTP routes, over a loaded translator: language policy,
+batching, capability checks and the JSON of an answer.
 
 :class:`TranslationService` holds the language policy (which languages a model reads and
 translates into; a multilingual model's ``tgt_lang``), the capabilities check (an option the
