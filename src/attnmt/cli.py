@@ -24,7 +24,8 @@ from pathlib import Path
 
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER, DEFAULT_ATTENTION_LAYER
 from attnmt.errors import AttnmtError, WriteError
-from attnmt.oneline import json_line, one_line
+from attnmt.oneline import json_line as _json_line
+from attnmt.oneline import one_line as _one_line
 from attnmt.signals import Interrupted, StopSignals
 
 log = logging.getLogger("attnmt")
@@ -172,7 +173,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     result = train(config, args.output, resume=args.resume, data_dir=args.data_dir,
                    allow_data_change=args.allow_data_change)
     if is_main:
-        print(json_line(result.__dict__))
+        print(_json_line(result.__dict__))
     if result.interrupted_by:  # a stop signal: the conventional exit status 128 + its number
         return 128 + signal.Signals[result.interrupted_by].value
     return 0
@@ -194,13 +195,13 @@ def cmd_distill(args: argparse.Namespace) -> int:
     target_language(teacher.config, tgt_lang)  # before anything is written
 
     def translate(lines: list[str]) -> list[str]:
-        return [one_line(r.text) for r in teacher.translate(lines, tgt_lang=tgt_lang)]
+        return [_one_line(r.text) for r in teacher.translate(lines, tgt_lang=tgt_lang)]
 
     record = teacher_record(args.model, args.engine, decode.model_dump(mode="json"), tgt_lang)
     with StopSignals(raising=True):  # finished chunks stay for a rerun; the one in progress is dropped
         result = distill(config, args.output, translate, record, mix_original=args.mix_original,
                          data_dir=args.data_dir)
-    print(json_line(result.__dict__))
+    print(_json_line(result.__dict__))
     if result.interrupted_by:
         return 128 + signal.Signals[result.interrupted_by].value
     return 0
@@ -229,7 +230,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
                            progress=True)
     size = sum(f.stat().st_size for f in Path(args.output).iterdir())
     train_info = manifest["train"]
-    print(json_line({"output": args.output, "lines": train_info["lines"], "pairs": train_info["pairs"],
+    print(_json_line({"output": args.output, "lines": train_info["lines"], "pairs": train_info["pairs"],
                       "dropped": train_info["dropped"], "valid_pairs": (manifest["valid"] or {}).get("pairs"),
                       "seconds": manifest["seconds"], "pairs_per_second": round(train_info["lines"] /
                                                                                 max(manifest["seconds"], 1e-9)),
@@ -392,11 +393,11 @@ def cmd_score(args: argparse.Namespace) -> int:
     total_tokens = sum(len(r.token_ids) for r in results)
     corpus_ppl = _perplexity(total_lp, total_tokens)
     if args.format == "jsonl":
-        lines = [json_line({"id": i, "log_prob": r.log_prob, "tokens": len(r.token_ids),
+        lines = [_json_line({"id": i, "log_prob": r.log_prob, "tokens": len(r.token_ids),
                              "perplexity": _perplexity(r.log_prob, len(r.token_ids)),
                              "words": (conf := tr.confidence(r))[0], "word_probs": conf[1]})
                  for i, r in enumerate(results)]
-        lines.append(json_line({"corpus": True, "log_prob": total_lp, "tokens": total_tokens,
+        lines.append(_json_line({"corpus": True, "log_prob": total_lp, "tokens": total_tokens,
                                  "perplexity": corpus_ppl}))
     else:
         lines = [f"{i}\t{r.log_prob:.6f}\t{len(r.token_ids)}\t{_perplexity(r.log_prob, len(r.token_ids)):.4f}"
@@ -514,7 +515,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.hyp_output:
         _write_output(args.hyp_output, hyps)
     if args.json:
-        print(json_line(scores))
+        print(_json_line(scores))
     else:
         print(f"BLEU = {scores['bleu']:.2f}  ({scores['bleu_signature']})")
         print(f"chrF = {scores['chrf']:.2f}  ({scores['chrf_signature']})")
@@ -837,11 +838,11 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except Interrupted as e:  # a stop signal during staged work: nothing half-written is left
         log.debug("the stop's traceback", exc_info=True)
-        print(f"attnmt: {one_line(str(e))}", file=sys.stderr)
+        print(f"attnmt: {_one_line(str(e))}", file=sys.stderr)
         return e.exit_code
     except (AttnmtError, ValueError) as e:  # ValueError: option values the library refuses (nbest > beam)
         log.debug("the error's traceback", exc_info=True)
-        print(f"attnmt: error: {one_line(str(e))}", file=sys.stderr)
+        print(f"attnmt: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
     except OSError as e:  # the system refused a read or write not caught where it happened
         log.debug("the error's traceback", exc_info=True)
