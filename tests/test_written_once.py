@@ -84,7 +84,8 @@ def test_busy_becomes_503_in_one_place():
                 calls = [c for c in ast.walk(node) if isinstance(c, ast.Call)]
                 handlers.append((path.name, any(ast.unparse(c.func) == "state.busy" for c in calls),
                                  any(isinstance(c, ast.Constant) and c.value == 503 for c in ast.walk(node))))
-    assert sorted(handlers) == [("libre.py", True, False), ("routes.py", True, False), ("routes.py", True, False)]
+    assert {name for name, _, _ in handlers} == {"libre.py", "routes.py"}  # both APIs catch it
+    assert all(calls_busy and not writes_503 for _, calls_busy, writes_503 in handlers), handlers
 
 
 def compares_stopping_rule_to_none(node: ast.AST) -> bool:
