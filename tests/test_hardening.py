@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 from attnmt import cli, rundir
 from attnmt.config import config_from_dict
 from attnmt.data.corpus import MAX_LINE_CHARS, decode_lines
+from attnmt.decode.output import format_translations
 from attnmt.decode.translator import Translator
 from attnmt.errors import ConfigError, DataError, TrainingError, WriteError
 from attnmt.search.beam import beam_search
@@ -453,5 +454,5 @@ def test_training_data_with_a_10mb_line(tmp_path):
 def test_translator_output_is_one_line_per_input(tiny_run):
     tr = Translator.from_dir(tiny_run)
     lines = ["alpha\u2028bravo", "charlie\rdelta", "", "\x00\x1b[31m", "\\ud800"]
-    out = cli.format_translations(tr.translate(lines, beam_size=2), "text", True, 1)
+    out = format_translations(tr.translate(lines, beam_size=2), "text", True, 1)
     assert len("\n".join(out).split("\n")) == len(lines) and all(len(line.splitlines()) == 1 for line in out)
