@@ -12,7 +12,8 @@ import torch
 
 from attnmt.config import config_from_dict
 from attnmt.errors import ConfigError
-from attnmt.train.trainer import compiler_missing, train
+from attnmt.train.loop import train
+from attnmt.train.setup import compiler_missing
 from tests.conftest import copy_task_config
 from tests.test_end_to_end import straight_and_resumed
 

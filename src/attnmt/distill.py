@@ -40,7 +40,8 @@ from attnmt.data.prepare import iter_lines, training_corpora, validation_sets
 from attnmt.errors import ConfigError
 from attnmt.signals import stop_point
 from attnmt.train.checkpoint import LAST_STATE
-from attnmt.train.trainer import TrainResult, train
+from attnmt.train.loop import train
+from attnmt.train.report import TrainResult
 
 log = logging.getLogger(__name__)
 
