@@ -114,7 +114,7 @@ def test_train_step_through_an_active_loss_scaler(tiny_trainer):
     corpus = plain.data.train
     batch = batch_from_arrays(*corpus.pairs(range(8)))
     for t in (plain, scaled):
-        t.train_step([batch])
+        t.trainer.train_step([batch])
     for a, b in zip(plain.trainer.params, scaled.trainer.params):
         assert torch.allclose(a, b, atol=1e-6, rtol=0)
     assert scaled.trainer.scaler.get_scale() == 2.0 ** 12

@@ -306,7 +306,8 @@ def test_chunked_loss_switch_keeps_loss_and_gradients(tmp_path, monkeypatch):
         training.trainer.model.zero_grad()
         loss, nll = training.trainer.batch_loss(batch)
         loss.backward()
-        results.append((loss.item(), nll.item(), {n: p.grad.clone() for n, p in training.trainer.model.named_parameters()}))
+        grads = {n: p.grad.clone() for n, p in training.trainer.model.named_parameters()}
+        results.append((loss.item(), nll.item(), grads))
     (plain_loss, plain_nll, plain_grads), (loss, nll, grads) = results
     assert loss == pytest.approx(plain_loss, rel=1e-5) and nll == pytest.approx(plain_nll, rel=1e-5)
     for name, grad in plain_grads.items():

@@ -198,11 +198,11 @@ def word_run(tmp_path_factory):
     start = training.trainer.model.encoder.embedding.weight.clone()
     training.run()
     records = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
-    return tmp_path, trainer, start, records
+    return tmp_path, training, start, records
 
 
 def test_batch_sentences_in_training(word_run):
-    _, trainer, _, records = word_run
+    _, training, _, records = word_run
     assert [len(b) for b in sorted(training.epoch_batches(0), key=len)] == [50, 50, 50, 50]
     assert training.progress.step == 8  # 2 epochs of 200 sentences in batches of 50
 
@@ -219,7 +219,7 @@ def test_per_epoch_report_and_checkpoints(word_run):
 
 
 def test_sgd_with_nesterov_momentum(word_run):
-    _, trainer, _, _ = word_run
+    _, training, _, _ = word_run
     opt = training.trainer.optimizer
     assert isinstance(opt, torch.optim.SGD)
     assert opt.param_groups[0]["nesterov"] and opt.param_groups[0]["momentum"] == 0.9
@@ -234,7 +234,7 @@ def test_cosine_restarts_drive_the_training_rate(word_run):
 
 
 def test_frozen_vectors_initialise_the_vocabulary_and_stay(word_run):
-    tmp_path, trainer, start, _ = word_run
+    tmp_path, training, start, _ = word_run
     tok = training.data.src_tok
     assert sorted(tok.words) == sorted(WORDS[:8])  # only words with a vector; '.' has none
     emb = training.trainer.model.encoder.embedding.weight
@@ -243,13 +243,14 @@ def test_frozen_vectors_initialise_the_vocabulary_and_stay(word_run):
 
 
 def test_per_sentence_loss_in_the_trainer_gradient(word_run):
-    tmp_path, trainer, _, _ = word_run
+    tmp_path, training, _, _ = word_run
     corpus = training.data.train
     batch = batch_from_arrays(*corpus.pairs(range(4)))
     training.trainer.model.eval()  # no dropout, so two passes agree
     captured = {}
     step = training.trainer.optimizer.step
-    training.trainer.optimizer.step = lambda: captured.update(g=training.trainer.model.decoder.output_projection.weight.grad.clone())
+    projection = training.trainer.model.decoder.output_projection
+    training.trainer.optimizer.step = lambda: captured.update(g=projection.weight.grad.clone())
     try:
         training.trainer.train_step([batch])
     finally:

@@ -369,9 +369,9 @@ class TrainingRun:
             per_epoch = epoch_length(self.config, self.data, progress.epoch)
         else:
             per_epoch = 1
-        return TrainResult(steps=progress.step, epochs_done=progress.epoch + progress.batch_in_epoch / max(per_epoch, 1),
-                           minutes=self.trainer.elapsed() / 60, best_valid_bleu=progress.best_bleu,
-                           best_valid_ppl=progress.best_ppl,
+        epochs_done = progress.epoch + progress.batch_in_epoch / max(per_epoch, 1)
+        return TrainResult(steps=progress.step, epochs_done=epochs_done, minutes=self.trainer.elapsed() / 60,
+                           best_valid_bleu=progress.best_bleu, best_valid_ppl=progress.best_ppl,
                            tgt_tokens_per_second=self.run_tokens / max(self.run_seconds, 1e-9),
                            stop_reason=reason or "", interrupted_by=self.interrupted_by)
 

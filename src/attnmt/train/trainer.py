@@ -286,7 +286,8 @@ class Trainer:
         for i, b in enumerate(batches):
             # dropout masks from a seed of (update, batch's place in the whole update): the same
             # masks for any split of the update over processes and accumulation steps
-            torch.manual_seed(distributed.batch_seed(tc.seed, progress.step, self.ranks.rank + i * self.ranks.world_size))
+            place = self.ranks.rank + i * self.ranks.world_size
+            torch.manual_seed(distributed.batch_seed(tc.seed, progress.step, place))
             inner = self.ranks.distributed and i < len(batches) - 1
             with distributed.no_sync(self.ddp_loss) if inner else contextlib.nullcontext():
                 with autocast(self.precision, self.device.type):
