@@ -24,7 +24,7 @@ from attnmt.search.beam import beam_search
 from attnmt.search.options import SearchOptions
 from attnmt.search.greedy import greedy_search
 from attnmt.train import checkpoint as checkpoint_module
-from attnmt.train import setup as setup_module
+from attnmt.train import setup as train_setup
 from attnmt.train.checkpoint import Checkpoints
 from attnmt.train.metrics import MetricsLog, read_log
 from attnmt.train.loop import TrainingRun, train
@@ -407,7 +407,7 @@ def test_full_disk_while_training_loses_nothing(tiny_run, tmp_path, monkeypatch)
     train(config, tmp_path / "run", resume=True, progress=False)
     assert_same_run(tiny_run, tmp_path / "run")
     with monkeypatch.context() as patch:
-        patch.setattr(setup_module.rundir.Tokenizer, "save", lambda self, path: _enospc())
+        patch.setattr(train_setup.rundir.Tokenizer, "save", lambda self, path: _enospc())
         with pytest.raises(WriteError, match="spm.model"):
             TrainingRun(config, tmp_path / "run2", progress=False)
     assert not (tmp_path / "run2" / "spm.model").exists()
