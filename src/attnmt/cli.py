@@ -29,10 +29,11 @@ from pathlib import Path
 
 from attnmt import ranges
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER, DEFAULT_ATTENTION_LAYER
-from attnmt.errors import ENVIRONMENT_ERRNOS, AttnmtError, EnvironmentFailure, WriteError, write_error
-from attnmt.ranges import C_INT_MAX, Range
+from attnmt.errors import (ENVIRONMENT_ERRNOS, AttnmtError, CheckpointError, EnvironmentFailure, TrainingError,
+                           WriteError, write_error)
 from attnmt.oneline import json_line as _json_line
 from attnmt.oneline import one_line as _one_line
+from attnmt.ranges import C_INT_MAX, Range
 from attnmt.signals import Interrupted, StopSignals
 
 log = logging.getLogger("attnmt")
@@ -181,17 +182,27 @@ def _write_output(path: str | None, lines: list[str]) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from attnmt.config import load_config
-    from attnmt.train.trainer import train
+    from attnmt.train.loop import train
+    from attnmt.train.setup import RunExistsError
+    from attnmt.train.stop import NonFiniteError
 
     overrides = args.set + ([f"train.device={args.device}"] if args.device else [])
     config = load_config(args.config, overrides)
     is_main = os.environ.get("RANK", "0") == "0"  # under torchrun, rank 0 alone writes and prints
     if is_main:
         check_output_dir(args.output, "--output")
-    result = train(config, args.output, resume=args.resume, data_dir=args.data_dir,
-                   allow_data_change=args.allow_data_change)
+    try:
+        result = train(config, args.output, resume=args.resume, data_dir=args.data_dir,
+                       allow_data_change=args.allow_data_change)
+    except RunExistsError as e:
+        raise CheckpointError(f"{e}; pass --resume to continue it or choose another --output") from None
+    except NonFiniteError as e:
+        raise TrainingError(f"{e}: lower the learning rate (train.lr or train.lr_factor) or set train.clip_norm, "
+                            "then --resume") from None
     if is_main:
         print(_json_line(result.__dict__))
+    if result.interrupted_by and is_main:
+        log.warning("%s: interrupted by %s; continue with --resume", args.output, result.interrupted_by)
     if result.interrupted_by:  # a stop signal: the conventional exit status 128 + its number
         return 128 + signal.Signals[result.interrupted_by].value
     return 0

@@ -40,7 +40,9 @@ from attnmt.data.prepare import iter_lines, training_corpora, validation_sets
 from attnmt.errors import ConfigError
 from attnmt.signals import stop_point
 from attnmt.train.checkpoint import LAST_STATE
-from attnmt.train.trainer import TrainResult, run_config, train
+from attnmt.train.loop import train
+from attnmt.train.report import TrainResult
+from attnmt.train.setup import run_config
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +179,7 @@ def distill(config: Config, run_dir: str | Path, translate: Callable[[list[str]]
     Raises:
         ConfigError: ``config`` names no single training corpus (a prepared directory, or several
             corpora in ``data.train``), ``mix_original`` is negative, the student's configuration
-            is refused (``attnmt.train.trainer.run_config``), or an earlier run distilled with
+            is refused (``attnmt.train.setup.run_config``), or an earlier run distilled with
             other settings.
     """
     if mix_original < 0:
