@@ -17,7 +17,9 @@ The source EOS column is left out (attention parks there when no source word is 
 is the target EOS row. Garg et al. (2019, "Jointly Learning to Align and Translate with
 Transformer Models", section 3) found a single layer's head-averaged attention a fair aligner,
 the penultimate layer the best of their 6-layer models; ``attnmt.config.DEFAULT_ALIGNMENT_LAYER``
-is the layer chosen on hand-checked Multi30k sentences (docs/control.md).
+is the layer chosen on hand-checked Multi30k sentences (docs/control.md). :func:`align_translation`
+aligns every hypothesis of a translation, the best from the attention its search returned, the
+others from forced decoding.
 
 Shapes: T target subwords, S source subwords (EOS excluded after slicing).
 """

@@ -1,6 +1,8 @@
-"""Terminology constraints from raw text to target ids: each phrase a sentence's translation must
-contain, refused where the target vocabulary cannot spell it (:func:`check_constraints`), and
-left out, with a warning, where a sentence's phrases cannot fit its output length limit
+"""Terminology constraints, from raw text to target ids: the phrases a sentence's translation
+must contain.
+
+A phrase the target vocabulary cannot spell is refused (:func:`check_constraints`); a
+sentence's phrases that cannot fit its output length limit are left out, with a warning
 (:func:`encode_constraints`). The constrained search itself is ``attnmt.search.constraints``.
 """
 

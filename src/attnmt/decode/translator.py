@@ -41,7 +41,8 @@ if TYPE_CHECKING:  # PyTorch is imported where the native engine is made: the ot
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ConstraintError", "ScoredHypothesis", "Translation", "Translator"]  # the records, importable from here
+# The records a translation returns and the error it raises, importable from here with the Translator.
+__all__ = ["ConstraintError", "ScoredHypothesis", "Translation", "Translator"]
 
 
 class Translator:
