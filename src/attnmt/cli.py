@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from attnmt import ranges
+from attnmt import ranges, torchrun
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER, DEFAULT_ATTENTION_LAYER
 from attnmt.errors import (ENVIRONMENT_ERRNOS, AttnmtError, CheckpointError, EnvironmentFailure, TrainingError,
                            WriteError, write_error)
@@ -188,7 +188,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     overrides = args.set + ([f"train.device={args.device}"] if args.device else [])
     config = load_config(args.config, overrides)
-    is_main = os.environ.get("RANK", "0") == "0"  # under torchrun, rank 0 alone writes and prints
+    is_main = torchrun.is_main_process()  # under torchrun, rank 0 alone writes and prints
     if is_main:
         check_output_dir(args.output, "--output")
     try:
@@ -645,8 +645,8 @@ def _check_engine_files(args: argparse.Namespace) -> None:
     if engine == "native":
         rundir.check_model_dir(args.model, args.weights)
         return
-    export = {"ctranslate2": ("ctranslate2", ["model.bin"]), "onnxruntime": ("onnx", ["encoder.onnx",
-                                                                                    "decoder_step.onnx"])}
+    export = {"ctranslate2": ("ctranslate2", [rundir.CTRANSLATE2_MODEL]),
+              "onnxruntime": ("onnx", [rundir.ONNX_ENCODER, rundir.ONNX_DECODER_STEP])}
     kind, names = export[engine]
     for name in names:
         if not (Path(args.model) / name).is_file():
@@ -949,7 +949,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
-    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 alone logs progress
+    if not torchrun.is_main_process():  # under torchrun, rank 0 alone logs progress
         level = max(level, logging.WARNING)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     from attnmt.memory import tune_allocator

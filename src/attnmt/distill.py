@@ -209,7 +209,7 @@ def teacher_record(teacher_dir: str | Path, engine: str, decode: dict, tgt_lang:
     the decoding settings (``decode``: a ``DecodeConfig`` dump) and the target language asked of the
     teacher (the student's; None where its configuration names none)."""
     teacher_dir = Path(teacher_dir)
-    weights = next((teacher_dir / name for name in (rundir.WEIGHTS, "model.bin", "encoder.onnx")
+    weights = next((teacher_dir / name for name in (rundir.WEIGHTS, rundir.CTRANSLATE2_MODEL, rundir.ONNX_ENCODER)
                     if (teacher_dir / name).is_file()), None)
     return {"teacher": str(teacher_dir.resolve()), "teacher_sha256": sha256_file(weights) if weights else None,
             "engine": engine, "decode": decode, "tgt_lang": tgt_lang}

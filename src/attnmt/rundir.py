@@ -8,6 +8,11 @@
     RUN_DIR/model.safetensors  the weights translation uses, with the model section they were
                                trained as in their metadata (:data:`ARCHITECTURE`)
 
+An export for another engine keeps config.yaml and the tokenizers and holds, in place of the
+weights, CTranslate2's model.bin (:data:`CTRANSLATE2_MODEL`) or the ONNX graphs encoder.onnx
+and decoder_step.onnx (:data:`ONNX_ENCODER`, :data:`ONNX_DECODER_STEP`); their names are
+written here only, for the exporters, the engines and the checks that tell them apart.
+
 Training adds its resumable state under ``RUN_DIR/checkpoints/`` (``attnmt.train.checkpoint``),
 which translation never reads. Every file is written to a temporary name in the same directory
 and renamed into place (:func:`atomic_write`), so a crash leaves the old file or the new one,
@@ -46,6 +51,9 @@ WEIGHTS = "model.safetensors"
 JOINT_SPM, SRC_SPM, TGT_SPM = "spm.model", "src.spm.model", "tgt.spm.model"
 SRC_WORDS, TGT_WORDS = "src.vocab.json", "tgt.vocab.json"
 VOCAB = "vocab.json"
+CTRANSLATE2_MODEL = "model.bin"  # written by CTranslate2's converter (attnmt.interop.ctranslate2)
+ONNX_ENCODER = "encoder.onnx"  # the graphs of attnmt.interop.onnx
+ONNX_DECODER_STEP = "decoder_step.onnx"
 
 # The safetensors metadata key under which :func:`save_weights` records the model section a
 # Transformer's weights were trained as (JSON, the keys of :func:`architecture`).
@@ -343,7 +351,7 @@ def check_model_dir(run_dir: str | Path, weights: str | Path | None = None
     src_tok, tgt_tok = read_tokenizers(run_dir)
     path = Path(weights) if weights is not None else Path(run_dir) / WEIGHTS
     if weights is None and not path.exists():
-        for name, engine in (("model.bin", "ctranslate2"), ("encoder.onnx", "onnxruntime")):
+        for name, engine in ((CTRANSLATE2_MODEL, "ctranslate2"), (ONNX_ENCODER, "onnxruntime")):
             if (Path(run_dir) / name).is_file():
                 raise CheckpointError(f"{run_dir}: an export for the {engine} engine, without {WEIGHTS}; use "
                                       f"--engine {engine}")

@@ -17,7 +17,9 @@ The source EOS column is left out (attention parks there when no source word is 
 is the target EOS row. Garg et al. (2019, "Jointly Learning to Align and Translate with
 Transformer Models", section 3) found a single layer's head-averaged attention a fair aligner,
 the penultimate layer the best of their 6-layer models; ``attnmt.config.DEFAULT_ALIGNMENT_LAYER``
-is the layer chosen on hand-checked Multi30k sentences (docs/control.md).
+is the layer chosen on hand-checked Multi30k sentences (docs/control.md). :func:`align_translation`
+aligns every hypothesis of a translation, the best from the attention its search returned, the
+others from forced decoding.
 
 Shapes: T target subwords, S source subwords (EOS excluded after slicing).
 """
@@ -27,8 +29,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from attnmt.config import DEFAULT_ALIGNMENT_LAYER
+from attnmt.data.tokenizers import EOS_ID
+
 if TYPE_CHECKING:  # only the native engine gives attention: the others run without PyTorch
     import torch
+
+    from attnmt.decode.results import Translation
 
 
 def word_ids(ids: Sequence[int], decode: Callable[[list[int]], str]) -> list[int]:
@@ -76,6 +83,43 @@ def align_words(attention: torch.Tensor, src_words: Sequence[int], tgt_words: Se
     counts = tgt_map.sum(dim=1, keepdim=True)  # (target words, 1) subwords per word
     words = (tgt_map / counts.clamp(min=1.0)) @ a @ src_map  # (target words, source words): mean of sums
     return [(i, j) for j, (i, n) in enumerate(zip(words.argmax(dim=1).tolist(), counts[:, 0].tolist())) if n > 0]
+
+
+def alignment_layer(layer: int | None, num_layers: int) -> int:
+    """The decoder layer (1-based) whose source attention aligns words: ``layer``, or by default
+    ``attnmt.config.DEFAULT_ALIGNMENT_LAYER`` (at most ``num_layers``).
+
+    Raises:
+        ValueError: a layer outside 1..num_layers.
+    """
+    layer = min(DEFAULT_ALIGNMENT_LAYER, num_layers) if layer is None else layer
+    if not 1 <= layer <= num_layers:
+        raise ValueError(f"the alignment layer must be between 1 and {num_layers}, got {layer}")
+    return layer
+
+
+def align_translation(translation: Translation, src_ids: list[int], layer: int, tagged: int,
+                      src_decode: Callable[[list[int]], str], tgt_decode: Callable[[list[int]], str],
+                      source_attention: Callable[[list[int], list[int]], torch.Tensor]) -> None:
+    """Fill each hypothesis' ``alignment`` from decoder layer ``layer`` (1-based), its heads
+    averaged (:func:`align_words`): the best hypothesis' attention from ``translation.attention``
+    when the engine returned it, the others' from ``source_attention(src_ids, token_ids)``
+    (forced decoding, (L, H, T, S)).
+
+    Args:
+        src_ids: the sentence's source ids, ending with EOS.
+        tagged: how many ids in front are a language tag (not words of the source).
+        src_decode, tgt_decode: the source and target tokenizers' ids -> text.
+    """
+    src_words = word_ids(src_ids[tagged:-1], src_decode)
+    for n, h in enumerate(translation.hypotheses):
+        if n == 0 and translation.attention is not None:
+            attention = translation.attention
+        else:
+            attention = source_attention(src_ids, h.token_ids)  # (L, H, T, S)
+        attention = attention[..., tagged:]  # (L, H, T, S - tagged): the words only
+        body = [t for t in h.token_ids if t != EOS_ID]
+        h.alignment = align_words(attention[layer - 1].mean(dim=0), src_words, word_ids(body, tgt_decode))
 
 
 def format_alignment(pairs: Sequence[tuple[int, int]]) -> str:

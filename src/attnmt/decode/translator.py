@@ -5,9 +5,10 @@ model(s), an engine (``attnmt.decode.engine``: the native PyTorch model, or a CT
 ONNX Runtime export), length-sorted batching (``attnmt.search.batched``), n-best lists and
 detokenization. Empty input lines give empty translations, so output lines match input lines.
 All of that happens here, once, whatever the engine; so do the controls over the output:
-terminology constraints (tokenised here, searched by an engine that supports them), word
-alignments (``attnmt.decode.alignment``), confidence (``attnmt.decode.confidence``) and
-streaming (a per-step callback).
+terminology constraints (``attnmt.decode.terminology``: checked and tokenised, then searched
+by an engine that supports them), word alignments (``attnmt.decode.alignment``), confidence
+(``attnmt.decode.confidence``) and streaming (a per-step callback). What it returns, the
+scored hypotheses of each sentence, is ``attnmt.decode.results``.
 
 Shapes: B batch, S source length, T output length, L layers, H heads.
 """
@@ -17,19 +18,21 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnmt import languages
-from attnmt.config import DEFAULT_ALIGNMENT_LAYER, Config
-from attnmt.data.tokenizers import EOS_ID, UNK_ID, Tokenizer
-from attnmt.decode.alignment import align_words, word_ids
-from attnmt.decode.confidence import mean_log_prob, word_confidence
+from attnmt.config import Config
+from attnmt.data.tokenizers import EOS_ID, Tokenizer
+from attnmt.decode import terminology
+from attnmt.decode.alignment import align_translation, alignment_layer
+from attnmt.decode.confidence import word_confidence
 from attnmt.decode.engine import Engine, SearchOptions, check_positions, check_supported, has_capability, require
+from attnmt.decode.results import ScoredHypothesis, Translation, empty_translation, scored_hypothesis
+from attnmt.decode.terminology import ConstraintError
 from attnmt.search.batched import search_in_batches
-from attnmt.search.constraints import constraints_fit
-from attnmt.search.hypothesis import Hypothesis, output_length_limits
+from attnmt.search.hypothesis import Hypothesis
 
 if TYPE_CHECKING:  # PyTorch is imported where the native engine is made: the others run without it
     import torch
@@ -38,73 +41,8 @@ if TYPE_CHECKING:  # PyTorch is imported where the native engine is made: the ot
 
 log = logging.getLogger(__name__)
 
-
-class ConstraintError(ValueError):
-    """A constraint phrase the target vocabulary cannot spell: it encodes to no token (only
-    characters the tokenizer drops), or to the unknown token, which the output would then show.
-
-    Attributes:
-        line: the 1-based number of the sentence the phrase belongs to.
-        phrase: the phrase as given.
-        reason: what is wrong with it (without the sentence).
-    """
-
-    def __init__(self, line: int, phrase: str, reason: str):
-        super().__init__(f"sentence {line}: constraint {phrase!r} {reason}")
-        self.line, self.phrase, self.reason = line, phrase, reason
-
-
-@dataclass
-class ScoredHypothesis:
-    """One translation candidate.
-
-    text: detokenized output. token_ids: output ids (ending with EOS unless cut at the length
-    limit). pieces: their subword strings (EOS shown as '</s>').
-    token_log_probs: natural-log probability of each piece. log_prob: their sum.
-    score: log_prob / length penalty (beam search) or log_prob (greedy); with
-    ``decode.length_penalty_type: average`` log_prob / len(token_ids) in both.
-    alignment: when asked for, its word alignment: (source word, output word) pairs, 0-based
-    indices of whitespace-separated words (``attnmt.decode.alignment``).
-    """
-
-    text: str
-    token_ids: list[int]
-    pieces: list[str]
-    token_log_probs: list[float]
-    log_prob: float
-    score: float
-    alignment: list[tuple[int, int]] | None = None
-
-    @property
-    def mean_log_prob(self) -> float:
-        """Confidence: the mean natural-log probability per token, EOS included (0.0 when empty)."""
-        return mean_log_prob(self.token_log_probs)
-
-
-@dataclass
-class Translation:
-    """The result for one input sentence.
-
-    hypotheses: best first (``nbest`` of them). src_pieces: source subwords incl. '</s>'.
-    attention: when requested, the best hypothesis' encoder-decoder attention, float32
-    (L, H, T, S) with T = len(hypotheses[0].pieces) and S = len(src_pieces).
-    warnings: what could not be honoured, e.g. constraints too long for the output limit.
-    """
-
-    hypotheses: list[ScoredHypothesis]
-    src_pieces: list[str] = field(default_factory=list)
-    attention: torch.Tensor | None = None
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def text(self) -> str:
-        """The best translation."""
-        return self.hypotheses[0].text if self.hypotheses else ""
-
-    @property
-    def alignment(self) -> list[tuple[int, int]] | None:
-        """The best translation's word alignment, when asked for."""
-        return self.hypotheses[0].alignment if self.hypotheses else None
+# The records a translation returns and the error it raises, importable from here with the Translator.
+__all__ = ["ConstraintError", "ScoredHypothesis", "Translation", "Translator"]
 
 
 class Translator:
@@ -207,10 +145,7 @@ class Translator:
         self._engine("attention_kernel", "--attention").set_attention(kind)
 
     def _hypothesis(self, h: Hypothesis) -> ScoredHypothesis:
-        body = h.tokens[:-1] if h.tokens and h.tokens[-1] == EOS_ID else h.tokens
-        pieces = self.tgt_tokenizer.pieces(body) + (["</s>"] if len(body) < len(h.tokens) else [])
-        return ScoredHypothesis(self.tgt_tokenizer.decode(body), list(h.tokens), pieces, list(h.token_log_probs),
-                                h.log_prob, h.score)
+        return scored_hypothesis(h, self.tgt_tokenizer)
 
     def encode_sources(self, sentences: list[str], tgt_lang: str | None = None) -> list[list[int]]:
         """Source ids + EOS per sentence, truncated to the model's max_positions; a multilingual
@@ -322,73 +257,36 @@ class Translator:
         return results
 
     def check_constraints(self, constraints: list[list[str]], lines: list[int] | None = None) -> None:
-        """Refuse a phrase the target tokenizer cannot spell: one that encodes to no token (e.g.
-        a zero-width space), or to the unknown token (characters or words outside the target
-        vocabulary), which constrained search would force into the output as '<unk>'. Blank
-        phrases mean none and pass.
+        """Refuse a phrase the target tokenizer cannot spell (``attnmt.decode.terminology.check_constraints``):
+        per sentence of ``constraints`` its phrases (raw text), ``lines`` each one's 1-based
+        number (default 1, 2, ...).
 
-        Args:
-            constraints: per sentence, its phrases (raw text).
-            lines: each sentence's 1-based number (default 1, 2, ...).
         Raises:
             ConstraintError: the first such phrase, with its sentence.
         """
-        for phrases, line in zip(constraints, lines or range(1, len(constraints) + 1)):
-            for phrase in phrases:
-                if not phrase.strip():
-                    continue
-                ids = self.tgt_tokenizer.encode(phrase.strip())
-                if not ids:
-                    raise ConstraintError(line, phrase, "has no target token (the tokenizer drops every character "
-                                          "of it)")
-                if UNK_ID in ids:
-                    unknown = []
-                    if isinstance(self.tgt_tokenizer, Tokenizer):  # subwords: name the characters
-                        unknown = [c for c in dict.fromkeys(phrase.strip()) if not c.isspace()
-                                   and UNK_ID in self.tgt_tokenizer.encode(c)]
-                    what = f"characters {''.join(unknown)!r}" if unknown else "words"
-                    raise ConstraintError(line, phrase, f"has {what} outside the target vocabulary (the output would "
-                                          "show <unk>)")
+        terminology.check_constraints(self.tgt_tokenizer, constraints, lines)
 
     def encode_constraints(self, constraints: list[list[str]], src_ids: list[list[int]], options: SearchOptions,
                            lines: list[int]) -> tuple[list[list[list[int]]], dict[int, list[str]]]:
-        """Phrases as target token ids, each sentence's left out where they cannot fit its
-        output length limit (``attnmt.search.constraints.constraints_fit``).
-
-        Args:
-            constraints: per sentence, its phrases (raw text; blank ones are ignored).
-            src_ids: the sentences' source ids (their lengths set the limits).
-            lines: each sentence's 1-based number, for the warnings.
-        Returns:
-            The token-id phrases per sentence, and the warnings by sentence position.
+        """Phrases as target token ids, each sentence's left out, with a warning logged, where
+        they cannot fit its output length limit (``attnmt.decode.terminology.encode_constraints``:
+        its arguments and what it returns).
         """
-        limit = self.config.model.max_positions - 1
-        out: list[list[list[int]]] = []
-        warnings: dict[int, list[str]] = {}
-        for k, (phrases, src, line) in enumerate(zip(constraints, src_ids, lines)):
-            ids = [self.tgt_tokenizer.encode(p.strip()) for p in phrases if p.strip()]
-            ids = [p for p in ids if p]
-            cap = output_length_limits([len(src)], options.max_len_a, options.max_len_b, limit)[0]
-            if ids and not constraints_fit(ids, cap):
-                message = (f"sentence {line}: its constraints need {sum(map(len, ids))} tokens + EOS but its output "
-                           f"limit is {cap} tokens; translated without them")
+        ids, warnings = terminology.encode_constraints(self.tgt_tokenizer, self.config.model.max_positions,
+                                                       constraints, src_ids, options, lines)
+        for messages in warnings.values():
+            for message in messages:
                 log.warning(message)
-                warnings[k] = [message]
-                ids = []
-            out.append(ids)
-        return out, warnings
+        return ids, warnings
 
     def _alignment_layer(self, layer: int | None) -> int:
-        layers = self.config.model.num_decoder_layers
-        layer = min(DEFAULT_ALIGNMENT_LAYER, layers) if layer is None else layer
-        if not 1 <= layer <= layers:
-            raise ValueError(f"the alignment layer must be between 1 and {layers}, got {layer}")
-        return layer
+        return alignment_layer(layer, self.config.model.num_decoder_layers)
 
     def align(self, src_ids: list[int], translation: Translation, layer: int, tagged: int = 0) -> None:
         """Fill each hypothesis' word alignment (``ScoredHypothesis.alignment``) from decoder
         layer ``layer`` (1-based): the best hypothesis' from ``translation.attention`` when the
-        engine returned it, the others' from forced decoding (:meth:`source_attention`).
+        engine returned it, the others' from forced decoding (:meth:`source_attention`);
+        ``attnmt.decode.alignment.align_translation``.
 
         Args:
             src_ids: the sentence's source ids, ending with EOS.
@@ -396,14 +294,8 @@ class Translator:
         Raises:
             UnsupportedOption: an engine without the 'attention' capability (only native has it).
         """
-        src_words = word_ids(src_ids[tagged:-1], self.src_tokenizer.decode)
-        for n, h in enumerate(translation.hypotheses):
-            attention = translation.attention if n == 0 and translation.attention is not None else \
-                self.source_attention(src_ids, h.token_ids)  # (L, H, T, S)
-            attention = attention[..., tagged:]  # (L, H, T, S - tagged): the words only
-            body = [t for t in h.token_ids if t != EOS_ID]
-            h.alignment = align_words(attention[layer - 1].mean(dim=0), src_words,
-                                      word_ids(body, self.tgt_tokenizer.decode))
+        align_translation(translation, src_ids, layer, tagged, self.src_tokenizer.decode, self.tgt_tokenizer.decode,
+                          self.source_attention)
 
     def confidence(self, hypothesis: ScoredHypothesis) -> tuple[list[str], list[float]]:
         """The words of a hypothesis (from :meth:`translate` or :meth:`score`) and the
@@ -414,7 +306,7 @@ class Translator:
     @staticmethod
     def empty(nbest: int = 1) -> Translation:
         """The translation of an empty line: ``nbest`` empty hypotheses with score 0."""
-        return Translation([ScoredHypothesis("", [], [], [], 0.0, 0.0) for _ in range(nbest)])
+        return empty_translation(nbest)
 
     def translate_ids(self, src_ids: list[list[int]], options: SearchOptions, batch_size: int | None = None
                       ) -> list[Translation]:

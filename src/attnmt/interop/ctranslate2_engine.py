@@ -115,8 +115,9 @@ class CTranslate2Engine:
                  threads: int = 0, inter_threads: int = 1):
         check_count(threads, "threads", low=0)  # CTranslate2's size_t arguments, before its TypeError
         check_count(inter_threads, "inter_threads")
-        if not (Path(export_dir) / "model.bin").is_file():
-            raise CheckpointError(f"{export_dir}: no model.bin; export it with 'attnmt export ctranslate2'")
+        if not (Path(export_dir) / rundir.CTRANSLATE2_MODEL).is_file():
+            raise CheckpointError(f"{export_dir}: no {rundir.CTRANSLATE2_MODEL}; export it with 'attnmt export "
+                                  "ctranslate2'")
         self.config = rundir.read_config(export_dir)
         self.src_tokenizer, self.tgt_tokenizer = rundir.read_tokenizers(export_dir)
         kind, index = _device_of(device or self.config.decode.device)

@@ -60,7 +60,8 @@ from attnmt.search.options import check_count
 
 log = logging.getLogger(__name__)
 
-ENCODER, DECODER_STEP = "encoder.onnx", "decoder_step.onnx"
+ENCODER = rundir.ONNX_ENCODER
+DECODER_STEP = rundir.ONNX_DECODER_STEP
 OPSET = 17
 
 

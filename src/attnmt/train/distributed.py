@@ -4,7 +4,8 @@ SIGINT/SIGTERM.
 
 torchrun (``python -m torch.distributed.run``) starts one process per GPU or CPU slot and sets
 ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` (and the rendezvous address) in each one's
-environment; :func:`from_env` reads them (a plain ``attnmt train`` is rank 0 of 1). The
+environment; :func:`attnmt.torchrun.from_env` reads them (a plain ``attnmt train`` is rank 0
+of 1), and :class:`~attnmt.torchrun.Ranks` is importable from here too. The
 process group is gloo on CPUs and NCCL on CUDA GPUs. Every rank starts from rank 0's
 parameters, and the gradients are averaged over the ranks once an update's backward passes
 are done (:func:`average_gradients`), so a process needs no more memory than a single one; on
@@ -50,8 +51,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
-import os
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
@@ -59,6 +58,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from attnmt.errors import library_call
+from attnmt.torchrun import Ranks, from_env  # noqa: F401 (from_env: torchrun's environment, for the trainer)
 
 log = logging.getLogger(__name__)
 
@@ -73,39 +73,6 @@ GROUP_TIMEOUT = datetime.timedelta(minutes=60)
 DATA_TIMEOUT = datetime.timedelta(days=30)
 
 _data_group: Any = None  # a gloo group with DATA_TIMEOUT, beside the training group
-
-
-@dataclass(frozen=True)
-class Ranks:
-    """This process's place in the job: ``rank`` of ``world_size`` processes, ``local_rank``
-    among those on its machine."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-
-    @property
-    def is_main(self) -> bool:
-        """Rank 0: the one process that writes logs, checkpoints and the model directory."""
-        return self.rank == 0
-
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
-
-
-def from_env(environ: dict[str, str] | None = None) -> Ranks:
-    """The :class:`Ranks` that torchrun's ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` variables give
-    (rank 0 of 1 without them).
-
-    Raises:
-        ValueError: a rank outside ``[0, WORLD_SIZE)``.
-    """
-    env = os.environ if environ is None else environ
-    ranks = Ranks(int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0)))
-    if not 0 <= ranks.rank < ranks.world_size:
-        raise ValueError(f"RANK {ranks.rank} outside WORLD_SIZE {ranks.world_size}")
-    return ranks
 
 
 def backend_for(device: torch.device) -> str:
