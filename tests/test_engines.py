@@ -282,13 +282,16 @@ def test_ctranslate2_serves_where_pytorch_is_not_installed(toy, ct2_export):
         port = sock.getsockname()[1]
     proc = _without_torch("serve", "--engine", "ctranslate2", "--model", str(ct2_export), "--port", str(port))
     try:
-        deadline, answer = time.monotonic() + 60, None
-        while answer is None and time.monotonic() < deadline and proc.poll() is None:
+        deadline = time.monotonic() + 60
+        answer = None
+        # until the server listens and has loaded the model (503 "the model is loading" before)
+        while (answer is None or answer.status_code == 503) and time.monotonic() < deadline and proc.poll() is None:
             try:
                 answer = httpx.post(f"http://127.0.0.1:{port}/v1/translate",
                                     json={"text": sentences[0], "beam_size": 4, "early_stopping": True}, timeout=10)
             except httpx.TransportError:
-                time.sleep(0.2)
+                pass
+            time.sleep(0.2)
         assert answer is not None and answer.status_code == 200, proc.poll()
         native = engines["native"].translate(sentences[:1], options=engines["native"].options(4, 1, early_stopping=True))
         assert answer.json()["translations"][0]["text"] == native[0].text
