@@ -144,8 +144,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         tokens = [[p for p in t.hypotheses[0].pieces if p != "</s>"] for t in translations]
         word = tokenized_bleu(tokens, tr.tgt_tokenizer.tokenize(ref))
         scores.update(bleu_tokenized=word["bleu"], bleu_tokenized_signature=word["bleu_signature"])
-    scores.update(beam_size=args.beam_size or tr.config.decode.beam_size, early_stopping=tr.config.decode.early_stopping,
-                  patience=tr.config.decode.patience, decode_seconds=round(seconds, 2))
+    decode = tr.config.decode
+    scores.update(beam_size=args.beam_size or decode.beam_size, early_stopping=decode.early_stopping,
+                  patience=decode.patience, decode_seconds=round(seconds, 2))
     if args.hyp_output:
         write_output(args.hyp_output, hyps)
     if args.json:
