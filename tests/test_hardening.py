@@ -29,6 +29,7 @@ from attnmt.train import setup as train_setup
 from attnmt.train.checkpoint import Checkpoints
 from attnmt.train.metrics import MetricsLog, read_log
 from attnmt.train.loop import TrainingRun, train
+from attnmt.train import trainer as trainer_mod
 from attnmt.train.trainer import Trainer
 from tests.conftest import copy_task_config, tiny_model
 
@@ -211,7 +212,7 @@ def test_nonfinite_updates_are_skipped_counted_and_stop_training(tmp_path, caplo
     raw = copy_task_config(tmp_path, schedule="noam", clip_norm=None, max_nonfinite_updates=3)
     del raw["train"]["lr"]  # noam's rate is lr_factor's (train.lr applies to the other schedules)
     # a rate of 1e30 (train.lr_factor's range stops at 100) blows the weights up to non-finite updates
-    monkeypatch.setattr(trainer_module, "learning_rate", lambda *args, **kwargs: 1e30)
+    monkeypatch.setattr(trainer_mod, "learning_rate", lambda *args, **kwargs: 1e30)
     with caplog.at_level(logging.WARNING), pytest.raises(TrainingError, match="3 updates in a row"):
         train(config_from_dict(raw), tmp_path / "run", progress=False)
     records = read_log(tmp_path / "run" / "train_log.jsonl")

@@ -112,7 +112,9 @@ def distill_corpus(source: Path, translate: Callable[[list[str]], list[str]], ou
     parts = out_dir / "parts"
     parts.mkdir(exist_ok=True)
     done = {p.name for p in parts.glob("*.tgt")}
-    names, fresh, total = [], 0, 0
+    names = []  # the chunk files, in order
+    fresh = 0  # lines translated by this call
+    total = 0  # lines of the source read
     with tqdm(unit=" lines", desc="distilling", disable=None if progress else True) as bar:
         for index, chunk in enumerate(_chunks(islice(iter_lines(source), max_lines), chunk_lines)):
             stop_point()  # a stop signal (attnmt.signals): the finished chunks stay for a rerun

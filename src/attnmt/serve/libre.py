@@ -112,7 +112,9 @@ def add_routes(app: FastAPI, state: AppState) -> None:
         for name in ("q", "source", "target"):
             if fields.get(name) in (None, "", []):  # a 0 or false is there, but not a string (below)
                 return _error(400, f"Invalid request: missing {name} parameter")
-        q, source, target = fields["q"], fields["source"], fields["target"]
+        q = fields["q"]
+        source = fields["source"]
+        target = fields["target"]
         texts = q if isinstance(q, list) else [q]
         strings = (source, target, fields.get("format", "text"))  # a number or boolean is no language or format
         if not all(isinstance(t, str) for t in texts) or not all(isinstance(v, str) for v in strings):

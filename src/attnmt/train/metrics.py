@@ -119,7 +119,10 @@ class Window:
         self.reset()
 
     def reset(self) -> None:
-        self.tokens, self.loss, self.nll, self.start = 0, 0.0, 0.0, time.monotonic()
+        self.tokens = 0
+        self.loss = 0.0
+        self.nll = 0.0
+        self.start = time.monotonic()
 
     def add(self, tokens: int, loss: float, nll: float) -> None:
         self.tokens += tokens
