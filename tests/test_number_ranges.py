@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
 from attnmt import cli, ranges
+from attnmt.cli.options import in_range
 from attnmt.config import APPLIES_ONLY_TO, Config, config_from_yaml
 from attnmt.errors import ConfigError
 from attnmt.ranges import C_INT_MAX, numbers_only
@@ -172,7 +173,7 @@ def test_the_length_penalty_range_is_one_rule(tmp_path):
     for alpha in (-10, 0, 0.6, 10):
         assert config_from_yaml(text, "c.yaml", [f"decode.length_penalty={alpha}"]).decode.length_penalty == alpha
         assert SearchOptions(beam_size=4, length_penalty=alpha).length_penalty == alpha
-        assert cli.in_range(ranges.LENGTH_PENALTY)(str(alpha)) == alpha
+        assert in_range(ranges.LENGTH_PENALTY)(str(alpha)) == alpha
     for alpha in (10.5, -11, 1e6):
         with pytest.raises(ConfigError, match=r"decode\.length_penalty: .* is out of range: must be (at most 10|at "
                                               r"least -10)$"):
@@ -180,7 +181,7 @@ def test_the_length_penalty_range_is_one_rule(tmp_path):
         with pytest.raises(ValueError, match="^length_penalty .* is out of range: use a finite number from -10 to 10$"):
             SearchOptions(beam_size=4, length_penalty=alpha)
         with pytest.raises(argparse.ArgumentTypeError, match="from -10 to 10"):
-            cli.in_range(ranges.LENGTH_PENALTY)(str(alpha))
+            in_range(ranges.LENGTH_PENALTY)(str(alpha))
 
 
 # ---- the command line ------------------------------------------------------------------------------

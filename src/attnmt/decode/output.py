@@ -11,8 +11,9 @@ hypothesis record (JSON) and the text, Moses n-best and JSON lines of ``attnmt t
 
 :func:`format_translations` writes the lines of ``attnmt translate``: plain text (one
 translation a line), Moses-style n-best lines (``ID ||| TRANSLATION ||| SCORE ||| LOG_PROB``)
-and JSON lines (one record per input line). Every output line is one line for every reader
-(``attnmt.oneline``).
+and JSON lines (one record per input line). :func:`format_scores` writes the lines of ``attnmt
+score`` (forced decoding): tab-separated or JSON lines, one per sentence, then the corpus' line.
+Every output line is one line for every reader (``attnmt.oneline``).
 """
 
 from __future__ import annotations
@@ -107,3 +108,38 @@ def format_translations(results: Sequence[Translation], fmt: str, scores: bool, 
     if not scores and nbest == 1:
         return [text_line(r) for r in results]
     return [moses_line(i, h, scores) for i, r in enumerate(results) for h in r.hypotheses]
+
+
+def perplexity(log_prob: float, tokens: int) -> float:
+    """exp(-log_prob / tokens); inf where that overflows (and nan for a nan log_prob)."""
+    try:
+        return math.exp(-log_prob / max(tokens, 1))
+    except OverflowError:
+        return float("inf")
+
+
+def format_scores(results: Sequence[ScoredHypothesis], fmt: str, confidence: Confidence) -> list[str]:
+    """The output lines of ``attnmt score``: a line per scored pair, then the corpus' line.
+
+    ``fmt`` 'text': ``ID<TAB>LOG_PROB<TAB>TOKENS<TAB>PERPLEXITY`` (ID the 0-based line, the
+    log-probability in nats with six decimals, target tokens with EOS, perplexity with four),
+    then ``corpus<TAB>...`` over all pairs. 'jsonl': ``{"id", "log_prob", "tokens",
+    "perplexity", "words", "word_probs"}`` per pair (the words and their probabilities from
+    ``confidence``, e.g. ``Translator.confidence``), then ``{"corpus": true, "log_prob",
+    "tokens", "perplexity"}``.
+    """
+    total_lp = sum(r.log_prob for r in results)
+    total_tokens = sum(len(r.token_ids) for r in results)
+    corpus_ppl = perplexity(total_lp, total_tokens)
+    if fmt == "jsonl":
+        lines = [json_line({"id": i, "log_prob": r.log_prob, "tokens": len(r.token_ids),
+                            "perplexity": perplexity(r.log_prob, len(r.token_ids)),
+                            "words": (conf := confidence(r))[0], "word_probs": conf[1]})
+                 for i, r in enumerate(results)]
+        lines.append(json_line({"corpus": True, "log_prob": total_lp, "tokens": total_tokens,
+                                "perplexity": corpus_ppl}))
+        return lines
+    lines = [f"{i}\t{r.log_prob:.6f}\t{len(r.token_ids)}\t{perplexity(r.log_prob, len(r.token_ids)):.4f}"
+             for i, r in enumerate(results)]
+    lines.append(f"corpus\t{total_lp:.6f}\t{total_tokens}\t{corpus_ppl:.4f}")
+    return lines
