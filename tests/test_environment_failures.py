@@ -322,18 +322,21 @@ def test_a_prepare_worker_killed_while_it_works_is_one_line_and_leaves_no_output
     for side in ("src", "tgt"):
         threading.Thread(target=hold_open, args=(tmp_path / f"fifo.{side}",), daemon=True).start()
     killed = []
+    me = psutil.Process()
+    earlier = {child.pid for child in me.children()}  # an earlier test's processes are not workers
 
     def kill_a_worker():
-        me = psutil.Process()
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            children = me.children()
-            if len(children) == 2:  # both sides being read
+            workers = [child for child in me.children() if child.pid not in earlier]
+            if len(workers) == 2:  # both sides being read
                 time.sleep(0.2)
-                os.kill(children[0].pid, signal.SIGKILL)
-                killed.append(children[0].pid)
+                os.kill(workers[0].pid, signal.SIGKILL)
+                killed.append(workers[0].pid)
                 return
             time.sleep(0.01)
+        for writer in writers:  # no worker found: end the reading, so the command ends and the test fails
+            writer.close()
 
     killer = threading.Thread(target=kill_a_worker, daemon=True)
     killer.start()
