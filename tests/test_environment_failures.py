@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from attnmt import cli
+from tests.conftest import skip_without
 from tests.conftest import REPO, copy_task_config
 from tests.test_hardening import assert_one_line_error, run_cli
 
@@ -178,6 +179,7 @@ def case_quantizer(request, tmp_path, monkeypatch, capsys) -> None:
     """ONNX Runtime's int8 quantizer raises while the web page is written: no site is left behind."""
     import onnxruntime.quantization
 
+    skip_without("page")
     model = request.getfixturevalue("tiny_run")
 
     def quantize_dynamic(*args, **kwargs):
@@ -186,8 +188,6 @@ def case_quantizer(request, tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setattr(onnxruntime.quantization, "quantize_dynamic", quantize_dynamic)
     rc, _, err = run_cli(capsys, "export", "web", "--model", str(model), "--output", str(tmp_path / "site"),
                          "--quantization", "int8")
-    if rc == 2 and "bundle" in err:
-        pytest.skip(f"the web page's bundle is not built: {err.strip()}")
     assert_environment_failure(rc, err, "int8 quantizer (quantize_dynamic) failed", "--quantization float32")
     assert list(tmp_path.iterdir()) == []
 
