@@ -172,7 +172,7 @@ def _json_line(obj) -> str:
 
 
 def _read_input(path: str | None) -> list[str]:
-    from attnmt.data.corpus import decode_lines, read_lines
+    from attnmt.data.text import decode_lines, read_lines
 
     if path is None or path == "-":
         check_input_file(path, "--input")
@@ -263,18 +263,21 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         manifest = prepare(config, args.output, tokenizers, workers=args.workers, data_dir=args.data_dir,
                            progress=True)
     size = sum(f.stat().st_size for f in Path(args.output).iterdir())
-    train_info = manifest["train"]
-    print(_json_line({"output": args.output, "lines": train_info["lines"], "pairs": train_info["pairs"],
-                      "dropped": train_info["dropped"], "valid_pairs": (manifest["valid"] or {}).get("pairs"),
-                      "seconds": manifest["seconds"], "pairs_per_second": round(train_info["lines"] /
-                                                                                max(manifest["seconds"], 1e-9)),
-                      "megabytes": round(size / 1e6, 1), "fingerprint": manifest["fingerprint"]}))
+    train = manifest.train
+    valid_pairs = None
+    if manifest.valid is not None:
+        valid_pairs = manifest.valid.pairs
+    print(_json_line({"output": args.output, "lines": train.lines, "pairs": train.pairs, "dropped": train.dropped,
+                      "valid_pairs": valid_pairs, "seconds": manifest.seconds,
+                      "pairs_per_second": round(train.lines / max(manifest.seconds, 1e-9)),
+                      "megabytes": round(size / 1e6, 1), "fingerprint": manifest.fingerprint}))
     return 0
 
 
 def cmd_train_vectors(args: argparse.Namespace) -> int:
     from attnmt.config import load_config
-    from attnmt.data.prepare import iter_pairs, training_corpora
+    from attnmt.data.sources import training_corpora
+    from attnmt.data.text import iter_pairs
     from attnmt.data.tokenizers import WordTokenizer
     from attnmt.data.vectors import train_fasttext, write_vec
     from attnmt.rundir import atomic_write
@@ -409,7 +412,7 @@ def _read_constraints(path: str, count: int, tr) -> list[list[str]]:
         DataError: an unreadable file. AttnmtError: a line count other than ``count``, or a
             phrase with no target token or an unknown one (FILE:LINE).
     """
-    from attnmt.data.corpus import read_lines
+    from attnmt.data.text import read_lines
     from attnmt.decode.translator import ConstraintError
 
     lines = read_lines(path)
@@ -479,7 +482,7 @@ def format_translations(results, fmt: str, scores: bool, nbest: int, confidence=
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from attnmt.data.corpus import read_parallel
+    from attnmt.data.text import read_parallel
 
     check_output_file(args.output, "--output")
     src, tgt = read_parallel(args.src, args.tgt)
@@ -584,7 +587,7 @@ def cmd_plot_training(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from attnmt.data.corpus import read_parallel
+    from attnmt.data.text import read_parallel
     from attnmt.data.tokenizers import WordTokenizer
     from attnmt.evaluate import corpus_scores, tokenized_bleu
 

@@ -12,6 +12,7 @@ files: per split (``train``, ``valid``) and shard ``k`` (at most :data:`SHARD_PA
                                        (a multilingual model: splits valid.0, valid.1, ... one per
                                        direction, listed in the manifest's valid_sets)
     DATA_DIR/manifest.json             counts, filter drops, tokenizer hashes, config, fingerprint
+                                       (``attnmt.data.manifest``)
     DATA_DIR/spm.model (or src./tgt. models, or word vocabularies)   the tokenizers
 
 Opening a directory (:class:`ShardedCorpus`) reads the manifest and each file's header only;
@@ -28,7 +29,6 @@ Library: numpy (``np.lib.format`` for the ``.npy`` headers), ``os.preadv``.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import tempfile
@@ -39,10 +39,9 @@ from typing import Iterator
 import numpy as np
 
 from attnmt.data.corpus import sha256_file  # noqa: F401  (re-exported: the manifest's hashes)
+from attnmt.data.manifest import Manifest
 from attnmt.errors import DataError, WriteError, write_error
 
-MANIFEST = "manifest.json"
-FORMAT = "attnmt-prepared-1"
 SHARD_PAIRS = 2_000_000  # pairs per shard at most: files of a few hundred MB
 VALID_REFS = "valid.ref.txt"
 
@@ -167,29 +166,6 @@ def staging_dir(output: str | Path, replace: bool = False, empty_ok: bool = Fals
                 output.parent.rmdir()
 
 
-def write_manifest(directory: Path, manifest: dict) -> None:
-    (Path(directory) / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n",
-                                            encoding="utf-8")
-
-
-def read_manifest(directory: str | Path) -> dict:
-    """The manifest of a prepared directory.
-
-    Raises:
-        DataError: no manifest (not a prepared directory, or an unfinished one), or not ours.
-    """
-    path = Path(directory) / MANIFEST
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing; is {directory} a directory written by 'attnmt prepare'?") from None
-    except (OSError, ValueError) as e:
-        raise DataError(f"{path}: unreadable: {e}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise DataError(f"{path}: not a manifest of format {FORMAT}")
-    return manifest
-
-
 class ShardFile:
     """One file of a shard, read by positioned reads (``os.preadv``), never memory-mapped: the
     pages a process reads stay in the page cache, shared by the processes of a machine, and
@@ -259,14 +235,16 @@ class ShardedCorpus:
         DataError: a missing or truncated shard file (named).
     """
 
-    def __init__(self, directory: str | Path, split: str = "train", manifest: dict | None = None):
+    def __init__(self, directory: str | Path, split: str = "train", manifest: Manifest | None = None):
         self.directory = Path(directory)
-        manifest = manifest if manifest is not None else read_manifest(directory)
-        info = manifest[split]
-        self.dtype = np.dtype(manifest["token_dtype"])
-        self.corpora, self.dropped = info.get("corpora", []), info["dropped"]
-        self.shards = [self._open(entry["name"], entry["pairs"]) for entry in info["shards"]]
-        self.starts = np.cumsum([0] + [e["pairs"] for e in info["shards"]])
+        if manifest is None:
+            manifest = Manifest.load(directory)
+        info = manifest.split(split)
+        self.dtype = np.dtype(manifest.token_dtype)
+        self.corpora = getattr(info, "corpora", [])
+        self.dropped = info.dropped
+        self.shards = [self._open(entry["name"], entry["pairs"]) for entry in info.shards]
+        self.starts = np.cumsum([0] + [e["pairs"] for e in info.shards])
 
     def _open(self, name: str, pairs: int) -> Shard:
         path = self.directory / name
