@@ -53,8 +53,8 @@ class CorpusEntry:
 
     Attributes:
         lines: pairs read; pairs: pairs kept; dropped: pairs dropped by each filter.
-        tagged: whether its sources carry a target-language tag (a multilingual model): only
-            then are ``src_lang`` and ``tgt_lang`` written.
+        src_lang, tgt_lang: the languages of a corpus whose sources carry a target-language
+            tag (a multilingual model; written only then), else None.
         max_pairs: the pairs it reads from the start of its files (None: all; then not written).
     """
 
@@ -66,7 +66,6 @@ class CorpusEntry:
     dropped: dict[str, int]
     src: FileRecord
     tgt: FileRecord
-    tagged: bool = False
     src_lang: str | None = None
     tgt_lang: str | None = None
     max_pairs: int | None = None
@@ -74,8 +73,13 @@ class CorpusEntry:
     @classmethod
     def from_dict(cls, d: dict) -> CorpusEntry:
         return cls(d["name"], d["weight"], d["start"], d["lines"], d["pairs"], d["dropped"],
-                   FileRecord.from_dict(d["src"]), FileRecord.from_dict(d["tgt"]), "tgt_lang" in d,
-                   d.get("src_lang"), d.get("tgt_lang"), d.get("max_pairs"))
+                   FileRecord.from_dict(d["src"]), FileRecord.from_dict(d["tgt"]), d.get("src_lang"),
+                   d.get("tgt_lang"), d.get("max_pairs"))
+
+    @property
+    def tagged(self) -> bool:
+        """Whether its sources carry a target-language tag (``attnmt.languages``)."""
+        return self.tgt_lang is not None
 
     def to_dict(self) -> dict:
         out = {"name": self.name, "weight": self.weight, "start": self.start, "lines": self.lines,

@@ -148,16 +148,21 @@ def _write_training_split(staging: Path, corpora: list[Corpus], tokenizers, filt
 
 def _corpus_entry(corpus: Corpus, start: int, stats: SplitStats, readers: tuple[HashedReader, HashedReader],
                   tagged: bool) -> CorpusEntry:
-    """A corpus' manifest entry: a multilingual corpus' languages only where its sources are
-    tagged; its files as read whole (their hashes taken while reading), else hashed again."""
+    """A corpus' manifest entry: its languages only where its sources are tagged (a
+    multilingual model); its files as read whole (their hashes taken while reading), else
+    hashed again."""
     if corpus.max_pairs is None:
         src = FileRecord.from_dict(readers[0].record())
         tgt = FileRecord.from_dict(readers[1].record())
     else:
         src = file_record(readers[0].path)
         tgt = file_record(readers[1].path)
-    return CorpusEntry(corpus.name, corpus.weight, start, stats.lines, stats.pairs, stats.dropped, src, tgt,
-                       tagged, corpus.src_lang, corpus.tgt_lang, corpus.max_pairs)
+    entry = CorpusEntry(corpus.name, corpus.weight, start, stats.lines, stats.pairs, stats.dropped, src, tgt,
+                        max_pairs=corpus.max_pairs)
+    if tagged:
+        entry.src_lang = corpus.src_lang
+        entry.tgt_lang = corpus.tgt_lang
+    return entry
 
 
 def _write_validation_split(staging: Path, split: str, files: Corpus, tokenizers, max_len: int, limit: int | None,

@@ -71,7 +71,10 @@ class ShardWriter:
     """
 
     def __init__(self, directory: Path, split: str, dtype: np.dtype, shard_pairs: int = SHARD_PAIRS):
-        self.directory, self.split, self.dtype, self.shard_pairs = Path(directory), split, dtype, shard_pairs
+        self.directory = Path(directory)
+        self.split = split
+        self.dtype = dtype
+        self.shard_pairs = shard_pairs
         self.shards: list[dict] = []
         self._files: tuple | None = None
         self._lengths: list[np.ndarray] = []
@@ -79,8 +82,10 @@ class ShardWriter:
 
     def add(self, src: np.ndarray, src_len: np.ndarray, tgt: np.ndarray, tgt_len: np.ndarray) -> None:
         """Append pairs given as flat id arrays and their per-pair lengths (int arrays)."""
-        src_off, tgt_off = _starts(src_len), _starts(tgt_len)
-        done, n = 0, len(src_len)
+        src_off = _starts(src_len)
+        tgt_off = _starts(tgt_len)
+        done = 0
+        n = len(src_len)
         while done < n:
             if self._files is None:
                 self._open()
@@ -103,7 +108,8 @@ class ShardWriter:
     def _open(self) -> None:
         name = shard_name(self.split, len(self.shards))
         self._files = tuple(open(self.directory / f"{name}.{side}.bin", "wb") for side in ("src", "tgt"))
-        self._lengths, self._count = [], 0
+        self._lengths = []
+        self._count = 0
 
     def _close_shard(self) -> None:
         for f in self._files:
@@ -180,7 +186,8 @@ class ShardFile:
     """
 
     def __init__(self, path: Path, dtype: np.dtype, npy: bool = False):
-        self.path, self.dtype = path, np.dtype(dtype)
+        self.path = path
+        self.dtype = np.dtype(dtype)
         try:
             self._file = open(path, "rb", buffering=0)
             self.start = 0
@@ -275,7 +282,8 @@ class ShardedCorpus:
     def pair(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """The source and target ids of pair ``i`` (global index), as new arrays of the token dtype."""
         k = int(np.searchsorted(self.starts, i, side="right")) - 1
-        s, j = self.shards[k], int(i - self.starts[k])
+        s = self.shards[k]
+        j = int(i - self.starts[k])
         sides = []
         for tokens, offsets in ((s.src, s.src_idx), (s.tgt, s.tgt_idx)):
             first, end = offsets.read(j, 2).tolist()

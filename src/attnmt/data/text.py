@@ -85,14 +85,16 @@ class HashedReader:
         if first[:2] != b"\x1f\x8b":
             yield from _chain(first, pieces)
             return
-        inflate, inside = inflate_lib.decompressobj(wbits=31), False  # inside: a gzip member begun, not ended
+        inflate = inflate_lib.decompressobj(wbits=31)
+        inside = False  # a gzip member begun, not ended
         try:
             for piece in _chain(first, pieces):
                 while piece:
                     inside = True
                     yield inflate.decompress(piece, INFLATED_BYTES)
                     if inflate.eof:  # another member may follow
-                        piece, inside = inflate.unused_data, False
+                        piece = inflate.unused_data
+                        inside = False
                         inflate = inflate_lib.decompressobj(wbits=31)
                     else:
                         piece = inflate.unconsumed_tail
@@ -155,13 +157,15 @@ def head_lines(blocks: Iterable[tuple[bytes, np.ndarray]], lines: int | None) ->
 def line_chunks(blocks: Iterable[bytes], lines: int) -> Iterator[tuple[bytes, int]]:
     """The text cut into chunks of ``lines`` whole lines (the last may have fewer), as
     (bytes, number of lines)."""
-    pending, count = [], 0  # the text since the last cut, and its lines
+    pending = []  # the text since the last cut
+    count = 0  # its lines
     for data, ends in whole_lines(blocks):
         start = 0
         for end in ends[lines - count - 1:: lines].tolist():  # the line that completes each chunk
             pending.append(data[start:end])
             yield b"".join(pending), lines
-            pending, start = [], end
+            pending = []
+            start = end
         count = (count + len(ends)) % lines
         if start < len(data):
             pending.append(data[start:])
