@@ -1,6 +1,7 @@
-"""Encoding and filtering chunks of pairs, in worker processes: the filters of a preparation
-(``attnmt.data.prepare``'s docstring) but ``duplicate``, which the main process applies to each
-chunk's pair hashes (:class:`HashSet64`).
+"""Encoding and filtering chunks of pairs, in worker processes.
+
+The filters are a preparation's (``attnmt.data.prepare``'s docstring) but ``duplicate``, which
+the main process applies to each chunk's pair hashes (:class:`HashSet64`).
 
 The text travels to the workers as bytes of whole lines (``attnmt.data.text.TextChunk``); a
 worker decodes, encodes and filters a chunk and returns the kept pairs' ids as flat arrays
