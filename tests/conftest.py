@@ -118,7 +118,7 @@ def dictionary_model_dir(tmp_path_factory) -> Path:
     import random
 
     from attnmt.config import config_from_dict
-    from attnmt.train.trainer import train
+    from attnmt.train.loop import train
 
     tmp_path = tmp_path_factory.mktemp("dictionary")
     rng = random.Random(0)
@@ -189,7 +189,7 @@ def multilingual_model_dir(tmp_path_factory) -> Path:
     """A small multilingual Transformer trained on the toy task in four directions
     (:func:`multilingual_config`): a model directory with tokenizer.target_languages [de, en, fr]."""
     from attnmt.config import config_from_dict
-    from attnmt.train.trainer import train
+    from attnmt.train.loop import train
 
     tmp_path = tmp_path_factory.mktemp("multilingual")
     train(config_from_dict(multilingual_config(tmp_path)), tmp_path / "run", progress=False)
@@ -231,7 +231,7 @@ def tiny_run(tmp_path_factory) -> Path:
     """A finished tiny copy-task run directory (a model directory), shared by tests that only
     read it."""
     from attnmt.config import config_from_dict
-    from attnmt.train.trainer import train
+    from attnmt.train.loop import train
 
     tmp_path = tmp_path_factory.mktemp("tiny_run")
     train(config_from_dict(copy_task_config(tmp_path)), tmp_path / "run", progress=False)

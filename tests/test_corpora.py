@@ -30,9 +30,9 @@ from attnmt.data.shards import ShardedCorpus
 from attnmt.errors import ConfigError, DataError
 from attnmt.train import data as train_data
 from attnmt.train.distributed import Ranks
-from attnmt.train import trainer as trainer_module
+from attnmt.train import loop as loop_module
 from attnmt.train.checkpoint import LAST_STATE
-from attnmt.train.trainer import Trainer, train
+from attnmt.train.loop import TrainingRun, train
 
 from .conftest import COPY_WORDS, copy_task_config
 
@@ -286,7 +286,7 @@ def test_train_with_the_configuration_a_directory_was_prepared_from(tmp_path, ca
     assert "train.src: content differs from the prepared" in error and not (tmp_path / "run2").exists()
     other_filter = dict(raw, data={**raw["data"], "max_len": 30, "prepared": str(prepared)})
     with pytest.raises(ConfigError, match=r"data\.max_len 60 -> 30"):
-        Trainer(config_from_dict(other_filter), tmp_path / "run3", progress=False)
+        TrainingRun(config_from_dict(other_filter), tmp_path / "run3", progress=False)
 
 
 def test_validation_lines_too_long_for_the_model_are_left_out(tmp_path):
@@ -296,10 +296,10 @@ def test_validation_lines_too_long_for_the_model_are_left_out(tmp_path):
         f.write(" ".join(COPY_WORDS * 8) + "\n")  # 80 words: more than max_positions subwords
     with open(tmp_path / "valid.tgt", "a") as f:
         f.write("alpha\n")
-    trainer = Trainer(config_from_dict(raw), tmp_path / "run", progress=False)
-    [valid] = trainer.data.valid_sets
+    training = TrainingRun(config_from_dict(raw), tmp_path / "run", progress=False)
+    [valid] = training.data.valid_sets
     assert valid.pairs.dropped_long == 1 and len(valid.pairs.src) == 20 == len(valid.refs)
-    assert trainer.evaluate()["valid_loss"] > 0  # no position beyond the model's
+    assert training.trainer.evaluate()["valid_loss"] > 0  # no position beyond the model's
 
 
 def test_resume_refuses_changed_data_or_batching_in_one_line(tmp_path):
@@ -309,13 +309,13 @@ def test_resume_refuses_changed_data_or_batching_in_one_line(tmp_path):
     longer = dict(raw, train={**raw["train"], "max_steps": 6})
     other_budget = dict(longer, train={**longer["train"], "batch_tokens": 400})
     with pytest.raises(ConfigError, match=r"train\.batch_tokens changed since the checkpoint \(300 -> 400\)") as e:
-        Trainer(config_from_dict(other_budget), run, resume=True, progress=False)
+        TrainingRun(config_from_dict(other_budget), run, resume=True, progress=False)
     assert "\n" not in str(e.value)
     for side in ("src", "tgt"):
         with open(tmp_path / f"train.{side}", "a") as f:
             f.write("alpha bravo\n")
     with pytest.raises(ConfigError, match=r"train\.src: content differs.*--allow-data-change") as e:
-        Trainer(config_from_dict(longer), run, resume=True, progress=False)
+        TrainingRun(config_from_dict(longer), run, resume=True, progress=False)
     assert "\n" not in str(e.value)
     result = train(config_from_dict(longer), run, resume=True, progress=False, allow_data_change=True)
     assert result.steps == 6 and Manifest.load(run / "data").train.pairs == 401
@@ -326,16 +326,16 @@ def test_epochs_are_planned_once_each_and_the_planner_is_in_the_signature(tmp_pa
     resumed counts its epoch without planning it; a checkpoint of another planner (one from
     before the planner was recorded, here) is refused in one line."""
     raw = copy_task_config(tmp_path, max_steps=24, valid_every=12, average_last=0)  # 20 batches an epoch
-    trainer = Trainer(config_from_dict(raw), tmp_path / "run", progress=False)
-    planned, real = [], trainer_module.epoch_share
+    training = TrainingRun(config_from_dict(raw), tmp_path / "run", progress=False)
+    planned, real = [], loop_module.epoch_share
 
     def epoch_share(config, data, epoch, ranks, start=0):
-        assert trainer._epoch_batches is None  # the previous epoch's share is gone
+        assert training._epoch_batches is None  # the previous epoch's share is gone
         planned.append((epoch, start))
         return real(config, data, epoch, ranks, start)
 
-    monkeypatch.setattr(trainer_module, "epoch_share", epoch_share)
-    first = trainer.run()
+    monkeypatch.setattr(loop_module, "epoch_share", epoch_share)
+    first = training.run()
     assert planned == [(0, 0), (1, 0)] and 1 < first.epochs_done < 2
     assert torch.load(tmp_path / "run" / LAST_STATE, weights_only=True)["data"]["batch_plan"] == plan.GENERATOR
     planned.clear()
@@ -347,7 +347,7 @@ def test_epochs_are_planned_once_each_and_the_planner_is_in_the_signature(tmp_pa
     longer = dict(raw, train={**raw["train"], "max_steps": 26})
     with pytest.raises(ConfigError, match=r"cannot resume: the batch planner .* changed since the checkpoint "
                                           r"\(None -> attnmt-plan-2 .*--allow-data-change") as e:
-        Trainer(config_from_dict(longer), tmp_path / "run", resume=True, progress=False)
+        TrainingRun(config_from_dict(longer), tmp_path / "run", resume=True, progress=False)
     assert "\n" not in str(e.value)
 
 

@@ -12,7 +12,7 @@ import torch
 
 from attnmt.config import config_from_dict
 from attnmt.train.schedules import curriculum_dropout
-from attnmt.train.trainer import Trainer
+from attnmt.train.loop import TrainingRun
 from tests.test_end_to_end import _config, straight_and_resumed
 
 RATES = {"dropout": 0.3, "attention_dropout": 0.1, "activation_dropout": 0.2}
@@ -34,11 +34,11 @@ def test_the_share_grows_from_zero_to_one():
 
 
 def test_every_rate_follows_the_update_count(tmp_path):
-    trainer = Trainer(config_from_dict(_raw(tmp_path, 12, curriculum=10)), tmp_path / "run", progress=False)
-    trainer.run()
+    training = TrainingRun(config_from_dict(_raw(tmp_path, 12, curriculum=10)), tmp_path / "run", progress=False)
+    training.run()
     share = curriculum_dropout(11, 10)  # the rates of the last update, made after 11 updates
     sites = {"p": [], "dropout": [], "activation_dropout": []}
-    for m in trainer.model.modules():
+    for m in training.trainer.model.modules():
         for name, rates in sites.items():
             if isinstance(getattr(m, name, None), float):
                 rates.append(getattr(m, name))
@@ -56,7 +56,7 @@ def test_the_first_update_has_no_dropout(tmp_path):
     """After one update, the run equals one whose rates are all 0 (the share at step 0 is 0);
     after five it does not (dropout has begun)."""
     def weights(raw, name):
-        Trainer(config_from_dict(raw), tmp_path / name, progress=False).run()
+        TrainingRun(config_from_dict(raw), tmp_path / name, progress=False).run()
         return torch.load(tmp_path / name / "checkpoints" / "last.pt", weights_only=True)["model"]
 
     curriculum = weights(_raw(tmp_path, 1, curriculum=10), "curriculum")

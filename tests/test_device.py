@@ -19,7 +19,7 @@ from attnmt.device import resolve_device, to_device
 from attnmt.errors import ConfigError
 from attnmt.signals import StopSignals
 from attnmt.train import distributed
-from attnmt.train.trainer import Trainer
+from attnmt.train.loop import TrainingRun
 
 from .test_distributed import _raw_config
 
@@ -100,8 +100,8 @@ def test_to_device_keeps_cpu_tensors_and_pins_only_for_cuda():
 @pytest.fixture
 def tiny_trainer(tmp_path):
     """A one-process trainer of a tiny model (no training run)."""
-    def make(name: str) -> Trainer:
-        return Trainer(config_from_dict(_raw_config(tmp_path, 1, 5)), tmp_path / name, progress=False)
+    def make(name: str) -> TrainingRun:
+        return TrainingRun(config_from_dict(_raw_config(tmp_path, 1, 5)), tmp_path / name, progress=False)
     return make
 
 
@@ -110,37 +110,37 @@ def test_train_step_through_an_active_loss_scaler(tiny_trainer):
     # finite gradients the update equals the unscaled one; an overflow skips the update and
     # halves the scale.
     plain, scaled = tiny_trainer("plain"), tiny_trainer("scaled")
-    scaled.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 12)
+    scaled.trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 12)
     corpus = plain.data.train
     batch = batch_from_arrays(*corpus.pairs(range(8)))
     for t in (plain, scaled):
-        t.train_step([batch])
-    for a, b in zip(plain.params, scaled.params):
+        t.trainer.train_step([batch])
+    for a, b in zip(plain.trainer.params, scaled.trainer.params):
         assert torch.allclose(a, b, atol=1e-6, rtol=0)
-    assert scaled.scaler.get_scale() == 2.0 ** 12
-    before = [p.detach().clone() for p in scaled.params]
-    hook = scaled.params[-1].register_hook(lambda g: g * float("inf"))  # as if float16 overflowed
-    scaled.train_step([batch])
+    assert scaled.trainer.scaler.get_scale() == 2.0 ** 12
+    before = [p.detach().clone() for p in scaled.trainer.params]
+    hook = scaled.trainer.params[-1].register_hook(lambda g: g * float("inf"))  # as if float16 overflowed
+    scaled.trainer.train_step([batch])
     hook.remove()
-    assert all(torch.equal(a, b) for a, b in zip(before, scaled.params))  # the update was skipped
-    assert scaled.scaler.get_scale() == 2.0 ** 11
-    assert scaled.state.step == 2  # the update counts (the schedule moves on), as in PyTorch's recipe
+    assert all(torch.equal(a, b) for a, b in zip(before, scaled.trainer.params))  # the update was skipped
+    assert scaled.trainer.scaler.get_scale() == 2.0 ** 11
+    assert scaled.progress.step == 2  # the update counts (the schedule moves on), as in PyTorch's recipe
 
 
 def test_one_process_sigterm_saves_a_resumable_checkpoint(tiny_trainer, monkeypatch):
-    trainer = tiny_trainer("run")
-    step = trainer.train_step
+    training = tiny_trainer("run")
+    step = training.trainer.train_step
 
     def step_then_signal(*args, **kwargs):
         out = step(*args, **kwargs)
-        if trainer.state.step == 2:
+        if training.progress.step == 2:
             os.kill(os.getpid(), signal.SIGTERM)
         return out
 
-    monkeypatch.setattr(trainer, "train_step", step_then_signal)
-    result = trainer.run()
+    monkeypatch.setattr(training.trainer, "train_step", step_then_signal)
+    result = training.run()
     assert result.interrupted_by == "SIGTERM" and result.steps == 2
-    state = torch.load(trainer.run_dir / "checkpoints" / "last.pt", weights_only=True)
+    state = torch.load(training.run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert state["progress"]["step"] == 2 and state["world_size"] == 1
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the handler is gone again
 

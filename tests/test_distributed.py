@@ -20,7 +20,7 @@ import torch
 import yaml
 
 from attnmt.config import config_from_dict
-from attnmt.train.trainer import train
+from attnmt.train.loop import train
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]

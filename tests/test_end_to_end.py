@@ -17,7 +17,7 @@ from attnmt import precision
 from attnmt.config import config_from_dict
 from attnmt.data.batching import batch_from_arrays
 from attnmt.decode.translator import Translator
-from attnmt.train.trainer import Trainer, train
+from attnmt.train.loop import TrainingRun, train
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
          "kilo", "lima", "mike", "november", "oscar", "papa"]
@@ -118,17 +118,17 @@ def test_bf16_runs_only_where_the_cpu_has_fast_kernels(copy_run, monkeypatch, ca
         monkeypatch.setattr(precision, "cpu_bf16_is_fast", lambda fast=fast: fast)
         monkeypatch.setattr(precision, "_warned", set())
         with caplog.at_level(logging.WARNING, logger="attnmt.precision"):
-            trainer = Trainer(config, run_dir.parent / f"bf16-{fast}", progress=False)
+            training = TrainingRun(config, run_dir.parent / f"bf16-{fast}", progress=False)
             tr.set_precision("fp32")
             tr.set_precision("bf16")
         assert any("no fast bfloat16" in r.message for r in caplog.records) == (not fast)
         caplog.clear()
         seen = []
-        hook = trainer.model.decoder.layers[0].feed_forward.w_1.register_forward_hook(
+        hook = training.trainer.model.decoder.layers[0].feed_forward.w_1.register_forward_hook(
             lambda module, inputs, output: seen.append(output.dtype))
-        batch = batch_from_arrays(*trainer.data.train.pairs([0]))
-        with autocast(trainer.precision):
-            trainer.batch_loss(batch)
+        batch = batch_from_arrays(*training.data.train.pairs([0]))
+        with autocast(training.trainer.precision):
+            training.trainer.batch_loss(batch)
         hook.remove()
         assert seen == [expected]
         assert next(tr.model.parameters()).dtype == expected and tr.precision == name
@@ -295,18 +295,19 @@ def test_chunked_loss_switch_keeps_loss_and_gradients(tmp_path, monkeypatch):
     raw = _config(tmp_path, max_steps=1)
     raw["train"]["precision"] = "fp32"
     raw["model"]["tie_output"] = False
-    trainer = Trainer(config_from_dict(raw), tmp_path / "run", progress=False)
-    projection = trainer.model.decoder.output_projection
+    training = TrainingRun(config_from_dict(raw), tmp_path / "run", progress=False)
+    projection = training.trainer.model.decoder.output_projection
     projection.bias = torch.nn.Parameter(torch.randn(projection.out_features))
     idx = list(range(40))
-    batch = batch_from_arrays(*trainer.data.train.pairs(idx))
+    batch = batch_from_arrays(*training.data.train.pairs(idx))
     results = []
     for chunked in (False, True):
         monkeypatch.setattr(trainer_module, "CHUNKED_LOSS", chunked)
-        trainer.model.zero_grad()
-        loss, nll = trainer.batch_loss(batch)
+        training.trainer.model.zero_grad()
+        loss, nll = training.trainer.batch_loss(batch)
         loss.backward()
-        results.append((loss.item(), nll.item(), {n: p.grad.clone() for n, p in trainer.model.named_parameters()}))
+        grads = {n: p.grad.clone() for n, p in training.trainer.model.named_parameters()}
+        results.append((loss.item(), nll.item(), grads))
     (plain_loss, plain_nll, plain_grads), (loss, nll, grads) = results
     assert loss == pytest.approx(plain_loss, rel=1e-5) and nll == pytest.approx(plain_nll, rel=1e-5)
     for name, grad in plain_grads.items():

@@ -23,7 +23,7 @@ from attnmt.errors import ConfigError
 from attnmt.interop.marian import import_marian, vocabulary_order
 from attnmt.model.transformer import Transformer
 from attnmt.train.finetune import freeze
-from attnmt.train.trainer import Trainer, train
+from attnmt.train.loop import TrainingRun, train
 from tests.test_interop_marian import _data_dir, _lines, save_tiny_marian
 
 transformers = pytest.importorskip("transformers")
@@ -152,13 +152,13 @@ def test_training_batches_follow_marian_conventions(marian, corpus, tmp_path):
     hf_model, hf_dir, imported = marian
     config = config_from_dict({"data": _data(corpus), "train": {"init_from": str(imported), "device": "cpu",
                                                                 "label_smoothing": 0.0}})
-    trainer = Trainer(config, tmp_path / "run")
-    trainer.model.eval()
-    src, tgt = trainer.data.valid_sets[0].pairs.src[:6], trainer.data.valid_sets[0].pairs.tgt[:6]
-    batch = make_batch(src, tgt, trainer.config.model.decoder_start_id)
+    training = TrainingRun(config, tmp_path / "run")
+    training.trainer.model.eval()
+    src, tgt = training.data.valid_sets[0].pairs.src[:6], training.data.valid_sets[0].pairs.tgt[:6]
+    batch = make_batch(src, tgt, training.config.model.decoder_start_id)
     assert (batch.tgt_in[:, 0] == PAD_ID).all()
     with torch.no_grad():
-        _, nll = trainer.batch_loss(batch)
+        _, nll = training.trainer.batch_loss(batch)
     order = torch.tensor(vocabulary_order(json.loads((hf_dir / "vocab.json").read_text()),
                                           hf_model.config.vocab_size, hf_model.config.pad_token_id, 0)[0])
     hf_src = order[batch.src].masked_fill(batch.src == PAD_ID, hf_model.config.pad_token_id)
@@ -257,5 +257,5 @@ def test_contradicting_model_keys_and_unknown_freeze_patterns_refused(corpus, ma
     err = capsys.readouterr().err
     assert "'nothing.*' matches no parameter" in err and err.count("\n") == 1
     with pytest.raises(ConfigError, match="tokenizer.vocab_size"):
-        Trainer(config_from_dict({"data": _data(corpus), "tokenizer": {"vocab_size": 500},
+        TrainingRun(config_from_dict({"data": _data(corpus), "tokenizer": {"vocab_size": 500},
                                   "train": {"init_from": str(imported)}}), tmp_path / "c")

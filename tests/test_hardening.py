@@ -18,15 +18,19 @@ from safetensors.torch import load_file, save_file
 from attnmt import cli, rundir
 from attnmt.config import config_from_dict
 from attnmt.data.text import MAX_LINE_CHARS, decode_lines
+from attnmt.decode.output import format_translations
 from attnmt.decode.translator import Translator
 from attnmt.errors import ConfigError, DataError, TrainingError, WriteError
 from attnmt.search.beam import beam_search
 from attnmt.search.options import SearchOptions
 from attnmt.search.greedy import greedy_search
 from attnmt.train import checkpoint as checkpoint_module
-from attnmt.train import trainer as trainer_module
+from attnmt.train import setup as train_setup
+from attnmt.train.checkpoint import Checkpoints
 from attnmt.train.metrics import MetricsLog, read_log
-from attnmt.train.trainer import Trainer, train
+from attnmt.train.loop import TrainingRun, train
+from attnmt.train import trainer as trainer_mod
+from attnmt.train.trainer import Trainer
 from tests.conftest import copy_task_config, tiny_model
 
 TIMING_KEYS = {"seconds", "tgt_tokens_per_s", "peak_rss_mib", "minutes", "tgt_tokens_per_second"}
@@ -196,7 +200,7 @@ def test_bad_training_data_is_named_before_any_work(tmp_path):
         bad = copy_task_config(tmp_path)
         bad["data"].update(data)
         with pytest.raises(DataError, match=message):
-            Trainer(config_from_dict(bad), tmp_path / "out", progress=False)
+            TrainingRun(config_from_dict(bad), tmp_path / "out", progress=False)
         assert not (tmp_path / "out").exists()  # nothing left in --output (no SentencePiece model)
     assert raw  # the good configuration stays usable
 
@@ -208,7 +212,7 @@ def test_nonfinite_updates_are_skipped_counted_and_stop_training(tmp_path, caplo
     raw = copy_task_config(tmp_path, schedule="noam", clip_norm=None, max_nonfinite_updates=3)
     del raw["train"]["lr"]  # noam's rate is lr_factor's (train.lr applies to the other schedules)
     # a rate of 1e30 (train.lr_factor's range stops at 100) blows the weights up to non-finite updates
-    monkeypatch.setattr(trainer_module, "learning_rate", lambda *args, **kwargs: 1e30)
+    monkeypatch.setattr(trainer_mod, "learning_rate", lambda *args, **kwargs: 1e30)
     with caplog.at_level(logging.WARNING), pytest.raises(TrainingError, match="3 updates in a row"):
         train(config_from_dict(raw), tmp_path / "run", progress=False)
     records = read_log(tmp_path / "run" / "train_log.jsonl")
@@ -219,22 +223,22 @@ def test_nonfinite_updates_are_skipped_counted_and_stop_training(tmp_path, caplo
     assert all(torch.isfinite(v).all() for v in state["model"].values())  # the last finite state
     assert state["progress"]["step"] == skipped[0]["step"] and state["progress"]["nonfinite_total"] == 3
     assert not (tmp_path / "run" / "model.safetensors").exists()  # no validation of a broken model
-    resumed = Trainer(config_from_dict(raw), tmp_path / "run", resume=True, progress=False)
-    assert resumed.state.step == state["progress"]["step"]  # resumable
+    resumed = TrainingRun(config_from_dict(raw), tmp_path / "run", resume=True, progress=False)
+    assert resumed.progress.step == state["progress"]["step"]  # resumable
 
 
 def test_nonfinite_validation_or_weights_are_never_best(tiny_run, tmp_path):
     shutil.copytree(tiny_run, tmp_path / "run")
     config = config_from_dict(copy_task_config(tmp_path))
-    trainer = Trainer(config, tmp_path / "run", resume=True, progress=False)
+    training = TrainingRun(config, tmp_path / "run", resume=True, progress=False)
     before = (tmp_path / "run" / "model.safetensors").read_bytes()
-    trainer.state.best_key = (-float("inf"), -float("inf"))
+    training.progress.best_key = (-float("inf"), -float("inf"))
     nan = {"valid_loss": float("nan"), "valid_ppl": float("nan"), "valid_bleu": 50.0, "valid_chrf": 50.0}
-    assert not trainer._keep_if_best(nan, {})
+    assert not training.checkpoints.keep_if_best(nan, {})
     good = {"valid_loss": 1.0, "valid_ppl": 2.0, "valid_bleu": 50.0, "valid_chrf": 50.0}
     with torch.no_grad():
-        trainer.params[0].fill_(float("nan"))
-    assert not trainer._keep_if_best(good, {})
+        training.trainer.params[0].fill_(float("nan"))
+    assert not training.checkpoints.keep_if_best(good, {})
     assert (tmp_path / "run" / "model.safetensors").read_bytes() == before
 
 
@@ -298,45 +302,45 @@ def _kill_at_step(step):
     original = Trainer.train_step
 
     def train_step(self, batches, *args):
-        if self.state.step == step:
+        if self.progress.step == step:
             raise Killed
         return original(self, batches, *args)
-    return "train_step", train_step
+    return Trainer, "train_step", train_step
 
 
 def _kill_in_final_validation():
     original = Trainer.evaluate
 
     def evaluate(self):
-        if self.state.stop_reason is not None:
+        if self.progress.stop_reason is not None:
             raise Killed
         return original(self)
-    return "evaluate", evaluate
+    return Trainer, "evaluate", evaluate
 
 
 def _kill_in_averaging():
     def average_checkpoints(self):
         raise Killed
-    return "average_checkpoints", average_checkpoints
+    return TrainingRun, "average_checkpoints", average_checkpoints
 
 
 def _kill_before_the_last_save():
-    original = Trainer.save_checkpoint
+    original = Checkpoints.save
 
-    def save_checkpoint(self):
-        if self.state.finished:
+    def save(self, log_bytes):
+        if self.trainer.progress.finished:
             raise Killed
-        return original(self)
-    return "save_checkpoint", save_checkpoint
+        return original(self, log_bytes)
+    return Checkpoints, "save", save
 
 
 @pytest.mark.parametrize("kill", ["mid_training", "final_validation", "averaging", "last_save"])
 def test_resume_after_a_kill_finishes_like_an_uninterrupted_run(tiny_run, tmp_path, monkeypatch, kill):
-    name, replacement = {"mid_training": lambda: _kill_at_step(6), "final_validation": _kill_in_final_validation,
+    owner, name, replacement = {"mid_training": lambda: _kill_at_step(6), "final_validation": _kill_in_final_validation,
                          "averaging": _kill_in_averaging, "last_save": _kill_before_the_last_save}[kill]()
     config = config_from_dict(copy_task_config(tmp_path))
     with monkeypatch.context() as patch:
-        patch.setattr(Trainer, name, replacement)
+        patch.setattr(owner, name, replacement)
         with pytest.raises(Killed):
             train(config, tmp_path / "run", progress=False)
     with open(tmp_path / "run" / "train_log.jsonl", "a") as f:
@@ -409,9 +413,9 @@ def test_full_disk_while_training_loses_nothing(tiny_run, tmp_path, monkeypatch)
     train(config, tmp_path / "run", resume=True, progress=False)
     assert_same_run(tiny_run, tmp_path / "run")
     with monkeypatch.context() as patch:
-        patch.setattr(trainer_module.rundir.Tokenizer, "save", lambda self, path: _enospc())
+        patch.setattr(train_setup.rundir.Tokenizer, "save", lambda self, path: _enospc())
         with pytest.raises(WriteError, match="spm.model"):
-            Trainer(config, tmp_path / "run2", progress=False)
+            TrainingRun(config, tmp_path / "run2", progress=False)
     assert not (tmp_path / "run2" / "spm.model").exists()
 
 
@@ -446,12 +450,12 @@ def test_training_data_with_a_10mb_line(tmp_path):
         f.write("alpha " * 1_800_000 + "\n")
     with open(tmp_path / "train.tgt", "a") as f:
         f.write("alpha\n")
-    trainer = Trainer(config_from_dict(raw), tmp_path / "run", progress=False)
-    assert trainer.data.train.dropped["too_long"] == 1 and len(trainer.data.train) == 400
+    training = TrainingRun(config_from_dict(raw), tmp_path / "run", progress=False)
+    assert training.data.train.dropped["too_long"] == 1 and len(training.data.train) == 400
 
 
 def test_translator_output_is_one_line_per_input(tiny_run):
     tr = Translator.from_dir(tiny_run)
     lines = ["alpha\u2028bravo", "charlie\rdelta", "", "\x00\x1b[31m", "\\ud800"]
-    out = cli.format_translations(tr.translate(lines, beam_size=2), "text", True, 1)
+    out = format_translations(tr.translate(lines, beam_size=2), "text", True, 1)
     assert len("\n".join(out).split("\n")) == len(lines) and all(len(line.splitlines()) == 1 for line in out)

@@ -14,7 +14,7 @@ from attnmt.decode.translator import Translator
 from attnmt.errors import AttnmtError
 from attnmt.evaluate import corpus_scores
 from attnmt.interop.extras import require
-from attnmt.train.trainer import train
+from attnmt.train.loop import train
 from tests.test_end_to_end import _config, _sentences
 
 pytest.importorskip("ctranslate2")

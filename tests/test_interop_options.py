@@ -104,7 +104,7 @@ def test_forbidden_ids_are_never_output_and_others_keep_their_log_probs():
 
 def test_data_section_is_optional_but_training_needs_it(tmp_path):
     """An imported model's config.yaml has no data section; training from it is refused."""
-    from attnmt.train.trainer import train
+    from attnmt.train.loop import train
 
     config = config_from_dict({"model": {"d_model": 16, "num_heads": 2}})
     assert config.data is None

@@ -1,4 +1,5 @@
-"""The code's shape: layers point one way, functions stay small, no lab notebook in the source."""
+"""The code's shape: layers point one way, a module holds one concept (no module over 400 lines, as the
+outcome of splitting by concept, not of packing lines), no lab notebook in the source."""
 
 from __future__ import annotations
 
@@ -10,19 +11,12 @@ from importlinter.cli import lint_imports
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src" / "attnmt"
-MAX_STATEMENTS = 60
 
 
-def statement_counts(root: Path) -> dict[str, int]:
-    """Statements inside each function of the .py files under ``root`` (nested ones included),
-    keyed 'path:line name'."""
-    counts = {}
-    for path in sorted(root.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                n = sum(isinstance(x, ast.stmt) for x in ast.walk(node)) - 1
-                counts[f"{path.relative_to(REPO)}:{node.lineno} {node.name}"] = n
-    return counts
+def modules() -> dict[str, ast.Module]:
+    """Every module of src/attnmt, parsed, keyed by its path under src/attnmt."""
+    return {str(path.relative_to(SRC)): ast.parse(path.read_text(encoding="utf-8"))
+            for path in sorted(SRC.rglob("*.py"))}
 
 
 def test_layers_point_one_way():
@@ -32,11 +26,48 @@ def test_layers_point_one_way():
     assert lint_imports(config_filename=str(REPO / "pyproject.toml"), no_cache=True) == 0
 
 
-def test_no_function_over_60_statements():
-    counts = statement_counts(SRC)
-    assert len(counts) > 100  # the walk found the code
-    too_long = {name: n for name, n in counts.items() if n > MAX_STATEMENTS}
+def test_no_module_over_400_lines():
+    # One concept per module: a module a reader can hold in mind.
+    lengths = {str(path.relative_to(SRC)): len(path.read_text(encoding="utf-8").splitlines())
+               for path in SRC.rglob("*.py")}
+    assert len(lengths) > 50  # the walk found the code
+    too_long = {name: n for name, n in lengths.items() if n > 400}
     assert not too_long, too_long
+
+
+def test_no_conditional_expression_nests_another():
+    # ``a if x else b if y else c`` reads as a puzzle: an if statement or a small function says it.
+    nested = []
+    for name, tree in modules().items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.IfExp) and any(isinstance(inner, ast.IfExp) and inner is not node
+                                                   for inner in ast.walk(node)):
+                nested.append(f"{name}:{node.lineno}")
+    assert not nested, nested
+
+
+def packed_assignments(tree: ast.Module) -> list[int]:
+    """Lines of ``a, b, c = x, y, z``: three or more values unpacked from a tuple written out, unless
+    every value is a constant (an enumeration such as the special token ids)."""
+    lines = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple)
+                and isinstance(node.value, ast.Tuple) and len(node.value.elts) >= 3
+                and not all(isinstance(v, ast.Constant) for v in node.value.elts)):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_packed_assignments_are_found():
+    code = "a, b, c = [], 0, None\nPAD, UNK, BOS = 0, 1, 2\nk, v = key, value\n"
+    assert packed_assignments(ast.parse(code)) == [1]
+
+
+def test_no_assignment_packs_unrelated_values():
+    # One name, one statement: a tuple of three unrelated values unpacked on one line saves lines,
+    # not reading time (pairs such as ``k, v`` or ``src, tgt`` are one thing and stay).
+    packed = [f"{name}:{line}" for name, tree in modules().items() for line in packed_assignments(tree)]
+    assert not packed, packed
 
 
 def test_no_commit_hashes_or_dated_runs_in_the_source():

@@ -166,7 +166,7 @@ def test_old_model_directory_without_the_record_still_loads(tiny_run, tmp_path):
 
 def test_fine_tuning_from_an_edited_directory_is_refused(tiny_run, tmp_path):
     from attnmt.config import config_from_dict
-    from attnmt.train.trainer import train
+    from attnmt.train.loop import train
     from tests.conftest import copy_task_config
 
     edited = edited_copy(tiny_run, tmp_path, "edited", num_heads=1)

@@ -20,8 +20,8 @@ import yaml
 from attnmt.config import config_from_dict
 from attnmt.data.prepare import prepare
 from attnmt.signals import Interrupted, StopSignals, stop_point
-from attnmt.train import trainer as trainer_module
-from attnmt.train.trainer import Trainer
+from attnmt.train import loop as loop_module
+from attnmt.train.loop import TrainingRun
 from tests.conftest import COPY_WORDS, copy_task_config
 from tests.test_hardening import assert_one_line_error, run_cli
 
@@ -74,7 +74,7 @@ def test_weights_that_sample_no_pair_are_refused_from_a_prepared_directory(tmp_p
 
 def test_a_small_weight_that_still_samples_pairs_trains(tmp_path):
     raw = weighted(tmp_path, [1e-9, 0.05], max_steps=2, valid_every=2)  # 20 pairs an epoch
-    result = trainer_module.train(config_from_dict(raw), tmp_path / "run", progress=False)
+    result = loop_module.train(config_from_dict(raw), tmp_path / "run", progress=False)
     assert result.steps == 2 and result.interrupted_by is None
 
 
@@ -94,7 +94,7 @@ def test_a_freeze_pattern_that_matches_nothing_is_refused(tmp_path, capsys):
 
 def test_freezing_some_groups_still_trains(tmp_path):
     raw = copy_task_config(tmp_path, max_steps=2, valid_every=2, freeze=["embeddings", "encoder"])
-    result = trainer_module.train(config_from_dict(raw), tmp_path / "run", progress=False)
+    result = loop_module.train(config_from_dict(raw), tmp_path / "run", progress=False)
     assert result.steps == 2
 
 
@@ -187,8 +187,8 @@ def test_a_ctrl_c_that_reaches_the_workers_leaves_the_decision_to_attnmt():
 
 def test_sigterm_while_planning_an_epoch_saves_a_resumable_checkpoint(tmp_path, monkeypatch):
     raw = copy_task_config(tmp_path, max_steps=1000, valid_every=1000, log_every=1000)
-    trainer = Trainer(config_from_dict(raw), tmp_path / "run", progress=False)
-    plan = trainer_module.epoch_share
+    training = TrainingRun(config_from_dict(raw), tmp_path / "run", progress=False)
+    plan = loop_module.epoch_share
 
     def plan_with_a_signal(config, data, epoch, ranks, start=0):
         if epoch == 1:
@@ -196,8 +196,8 @@ def test_sigterm_while_planning_an_epoch_saves_a_resumable_checkpoint(tmp_path, 
             time.sleep(5)  # the handler raises first
         return plan(config, data, epoch, ranks, start)
 
-    monkeypatch.setattr(trainer_module, "epoch_share", plan_with_a_signal)
-    result = trainer.run()
+    monkeypatch.setattr(loop_module, "epoch_share", plan_with_a_signal)
+    result = training.run()
     assert result.interrupted_by == "SIGTERM" and result.steps > 0
     progress = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=True)["progress"]
     assert (progress["step"], progress["epoch"], progress["batch_in_epoch"]) == (result.steps, 1, 0)

@@ -199,7 +199,7 @@ def test_data_pairs_of_a_dataset(tmp_path):
 
 def test_fine_tuning_a_multilingual_model_keeps_its_languages_and_tags(multilingual_model_dir, tmp_path):
     from attnmt.decode.translator import Translator
-    from attnmt.train.trainer import train
+    from attnmt.train.loop import train
 
     files = multilingual_model_dir.parent
     raw = {"data": {"train_src": str(files / "train.de"), "train_tgt": str(files / "train.fr"), "pair": "de-fr",

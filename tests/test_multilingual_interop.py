@@ -284,7 +284,7 @@ def test_finetuning_an_opus_model_keeps_its_languages(opus, tmp_path):
     target_languages and the tag, its prepared sources start with >>fra<<, and it trains; a corpus
     into a language the model lacks is refused."""
     from attnmt.data import shards
-    from attnmt.train.trainer import train
+    from attnmt.train.loop import train
 
     _, _, imported = opus
     rng, words = random.Random(9), sorted(GERMAN_ENGLISH)

@@ -24,7 +24,8 @@ from attnmt.config import APPLIES_ONLY_TO, Config, config_from_yaml
 from attnmt.errors import ConfigError
 from attnmt.ranges import C_INT_MAX, numbers_only
 from attnmt.search.options import SearchOptions
-from attnmt.serve.app import TranslateRequest, TranslateStreamRequest, create_app
+from attnmt.serve.app import create_app
+from attnmt.serve.schemas import TranslateRequest, TranslateStreamRequest
 from attnmt.serve.settings import ServeSettings
 from tests.conftest import copy_task_config, wait_ready
 from tests.test_hardening import assert_one_line_error, run_cli

@@ -115,6 +115,9 @@ CASES = {
     "plot-positions": lambda tmp, request: (  # refused after reading the model's configuration
         ["plot-positions", "--model", model(request), "--max-len", "100000", "--output", str(tmp / "pos.png")],
         ["max_positions"]),
+    "download": lambda tmp, request: (  # refused at the first file, after reading what DIR/multi30k holds
+        ["download", "multi30k", "--pairs", "de-en", "--data-dir", str(unreachable_mirror(tmp, request))],
+        ["cannot download"]),
     "plot-training": lambda tmp, request: (  # refused after reading the log: a line that is not JSON
         ["plot-training", str(broken_log_run(model(request), tmp)), "--output", str(tmp / "curves.png")], ["train_log.jsonl"]),
 }
@@ -123,6 +126,18 @@ CASES = {
 def model(request) -> str:
     """The tiny finished run shared by the tests (``tests.conftest.tiny_run``)."""
     return str(request.getfixturevalue("tiny_run"))
+
+
+def unreachable_mirror(tmp_path: Path, request) -> Path:
+    """A data folder holding one file of another pair, with the mirror at a closed port of this
+    machine: the download of the first missing file fails."""
+    monkeypatch = request.getfixturevalue("monkeypatch")
+    monkeypatch.setenv("ATTNMT_MULTI30K_URL", "http://127.0.0.1:9/data/task1/raw/")
+    monkeypatch.delenv("ATTNMT_DATA", raising=False)
+    folder = tmp_path / "data"
+    (folder / "multi30k").mkdir(parents=True)
+    (folder / "multi30k" / "train.fr.gz").write_bytes(b"an earlier download")
+    return folder
 
 
 def marian_without_vocabulary(tmp_path: Path) -> Path:

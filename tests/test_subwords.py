@@ -66,7 +66,7 @@ def test_a_run_with_subword_sampling_resumes_bit_exactly(tmp_path):
 
 
 def test_resuming_with_another_subword_setting_is_refused(tmp_path):
-    from attnmt.train.trainer import train
+    from attnmt.train.loop import train
 
     raw = _config(tmp_path, max_steps=4)
     raw["train"].update(precision="fp32", batch_tokens=600, valid_bleu=False)

@@ -98,5 +98,5 @@ def test_data_max_pairs_cuts_a_direction_of_the_dataset(local_copy):
     with pytest.raises(ConfigError, match="data.max_pairs names 'fr-en', not a pair of data.pair or data.pairs "
                                           r"\(de-en, cs-en\)"):
         config_from_dict({"data": {**raw["data"], "max_pairs": {"fr-en": 5}}})
-    with pytest.raises(ConfigError, match="data.max_pairs.cs-en: Input should be greater than 0"):
+    with pytest.raises(ConfigError, match="data.max_pairs.cs-en: 0 is out of range: must be above 0"):
         config_from_dict({"data": {**raw["data"], "max_pairs": {"cs-en": 0}}})

@@ -13,7 +13,7 @@ import torch
 from attnmt.config import config_from_dict
 from attnmt.errors import ConfigError
 from attnmt.train.compiling import compiler_missing
-from attnmt.train.trainer import train
+from attnmt.train.loop import train
 from tests.conftest import copy_task_config
 from tests.test_end_to_end import straight_and_resumed
 

@@ -25,7 +25,7 @@ from attnmt.decode.translator import Translator
 from attnmt.errors import DataError
 from attnmt.train.losses import per_sentence_label_smoothed_cross_entropy
 from attnmt.train.schedules import cosine_restarts_lr, expected_updates, time_budget_lr
-from attnmt.train.trainer import Trainer
+from attnmt.train.loop import TrainingRun
 
 from .conftest import tiny_model
 
@@ -194,17 +194,17 @@ def _raw(tmp_path, **train):
 def word_run(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("word")
     _word_corpus(tmp_path)
-    trainer = Trainer(config_from_dict(_raw(tmp_path)), tmp_path / "run", progress=False)
-    start = trainer.model.encoder.embedding.weight.clone()
-    trainer.run()
+    training = TrainingRun(config_from_dict(_raw(tmp_path)), tmp_path / "run", progress=False)
+    start = training.trainer.model.encoder.embedding.weight.clone()
+    training.run()
     records = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
-    return tmp_path, trainer, start, records
+    return tmp_path, training, start, records
 
 
 def test_batch_sentences_in_training(word_run):
-    _, trainer, _, records = word_run
-    assert [len(b) for b in sorted(trainer.epoch_batches(0), key=len)] == [50, 50, 50, 50]
-    assert trainer.state.step == 8  # 2 epochs of 200 sentences in batches of 50
+    _, training, _, records = word_run
+    assert [len(b) for b in sorted(training.epoch_batches(0), key=len)] == [50, 50, 50, 50]
+    assert training.progress.step == 8  # 2 epochs of 200 sentences in batches of 50
 
 
 def test_per_epoch_report_and_checkpoints(word_run):
@@ -219,11 +219,11 @@ def test_per_epoch_report_and_checkpoints(word_run):
 
 
 def test_sgd_with_nesterov_momentum(word_run):
-    _, trainer, _, _ = word_run
-    opt = trainer.optimizer
+    _, training, _, _ = word_run
+    opt = training.trainer.optimizer
     assert isinstance(opt, torch.optim.SGD)
     assert opt.param_groups[0]["nesterov"] and opt.param_groups[0]["momentum"] == 0.9
-    assert all("momentum_buffer" in opt.state[p] for p in trainer.params if p.requires_grad)
+    assert all("momentum_buffer" in opt.state[p] for p in training.trainer.params if p.requires_grad)
 
 
 def test_cosine_restarts_drive_the_training_rate(word_run):
@@ -234,34 +234,35 @@ def test_cosine_restarts_drive_the_training_rate(word_run):
 
 
 def test_frozen_vectors_initialise_the_vocabulary_and_stay(word_run):
-    tmp_path, trainer, start, _ = word_run
-    tok = trainer.data.src_tok
+    tmp_path, training, start, _ = word_run
+    tok = training.data.src_tok
     assert sorted(tok.words) == sorted(WORDS[:8])  # only words with a vector; '.' has none
-    emb = trainer.model.encoder.embedding.weight
+    emb = training.trainer.model.encoder.embedding.weight
     assert torch.equal(emb[tok.stoi["haus"]], torch.full((16,), 1.0))
     assert torch.equal(emb, start)  # frozen through training
 
 
 def test_per_sentence_loss_in_the_trainer_gradient(word_run):
-    tmp_path, trainer, _, _ = word_run
-    corpus = trainer.data.train
+    tmp_path, training, _, _ = word_run
+    corpus = training.data.train
     batch = batch_from_arrays(*corpus.pairs(range(4)))
-    trainer.model.eval()  # no dropout, so two passes agree
+    training.trainer.model.eval()  # no dropout, so two passes agree
     captured = {}
-    step = trainer.optimizer.step
-    trainer.optimizer.step = lambda: captured.update(g=trainer.model.decoder.output_projection.weight.grad.clone())
+    step = training.trainer.optimizer.step
+    projection = training.trainer.model.decoder.output_projection
+    training.trainer.optimizer.step = lambda: captured.update(g=projection.weight.grad.clone())
     try:
-        trainer.train_step([batch])
+        training.trainer.train_step([batch])
     finally:
-        trainer.optimizer.step = step
-        trainer.model.train()
-    trainer.model.eval()
-    logits = trainer.model(batch.src, batch.tgt_in)
+        training.trainer.optimizer.step = step
+        training.trainer.model.train()
+    training.trainer.model.eval()
+    logits = training.trainer.model(batch.src, batch.tgt_in)
     objective, _, _ = per_sentence_label_smoothed_cross_entropy(logits, batch.tgt_out, 0.0, 0)
-    trainer.model.zero_grad()
+    training.trainer.model.zero_grad()
     (objective / 4).backward()
-    trainer.model.train()
-    expected = trainer.model.decoder.output_projection.weight.grad
+    training.trainer.model.train()
+    expected = training.trainer.model.decoder.output_projection.weight.grad
     assert torch.allclose(captured["g"], expected, atol=1e-6)
 
 
@@ -271,11 +272,11 @@ def test_time_budget_schedule_fits_the_measured_rate(tmp_path):
                epoch_checkpoints=False, validate_every_epoch=False)
     for knob in ("first_decay_steps", "t_mul", "alpha"):  # cosine_restarts knobs: refused under time_budget
         del raw["train"][knob]
-    trainer = Trainer(config_from_dict(raw), tmp_path / "run", progress=False)
-    trainer.run()
-    expected = trainer.state.expected_steps
+    training = TrainingRun(config_from_dict(raw), tmp_path / "run", progress=False)
+    training.run()
+    expected = training.progress.expected_steps
     assert 4 < expected < math.inf  # 4 updates took a small part of the 10 minutes
-    assert trainer.scheduler.get_last_lr()[0] == pytest.approx(time_budget_lr(5, expected, 0.05, 0.5))
+    assert training.trainer.scheduler.get_last_lr()[0] == pytest.approx(time_budget_lr(5, expected, 0.05, 0.5))
 
 
 
@@ -284,8 +285,8 @@ def test_training_batches_start_the_decoder_where_search_does(tmp_path):
     _word_corpus(tmp_path)
     raw = _raw(tmp_path)
     raw["model"]["decoder_start_id"] = PAD_ID
-    trainer = Trainer(config_from_dict(raw), tmp_path / "run", progress=False)
-    batches = trainer._next_update(trainer.epoch_batches(0))
+    training = TrainingRun(config_from_dict(raw), tmp_path / "run", progress=False)
+    batches = training._next_update(training.epoch_batches(0))
     assert batches and all(set(b.tgt_in[:, 0].tolist()) == {PAD_ID} for b in batches)
     assert torch.equal(batches[0].tgt_in[:, 1:2], batches[0].tgt_out[:, :1])  # then the target, shifted
 

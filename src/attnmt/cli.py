@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import logging
 import math
 import os
@@ -30,7 +29,10 @@ from pathlib import Path
 
 from attnmt import ranges
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER, DEFAULT_ATTENTION_LAYER
-from attnmt.errors import ENVIRONMENT_ERRNOS, AttnmtError, EnvironmentFailure, WriteError, write_error
+from attnmt.errors import (ENVIRONMENT_ERRNOS, AttnmtError, CheckpointError, EnvironmentFailure, TrainingError,
+                           WriteError, write_error)
+from attnmt.oneline import json_line as _json_line
+from attnmt.oneline import one_line as _one_line
 from attnmt.ranges import C_INT_MAX, Range
 from attnmt.signals import Interrupted, StopSignals
 
@@ -155,22 +157,6 @@ def check_output_dir(path: str, option: str) -> None:
         raise WriteError(f"{option} {path}: {existing} is not writable")
 
 
-def _one_line(text: str) -> str:
-    """``text`` with every line break Python knows (CR, U+2028, ...) replaced by a space, so an
-    output line stays one line for every reader."""
-    return " ".join(text.splitlines())
-
-
-def _json_line(obj) -> str:
-    """Strict JSON: numbers that are not finite (a NaN model's scores) become null; the line
-    breaks JSON leaves raw (U+0085, U+2028, U+2029) are escaped, so a record is one line for
-    every reader."""
-    from attnmt.train.metrics import finite_or_none
-
-    text = json.dumps(finite_or_none(obj), ensure_ascii=False, allow_nan=False)
-    return text.replace("\x85", "\\u0085").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
-
-
 def _read_input(path: str | None) -> list[str]:
     from attnmt.data.text import decode_lines, read_lines
 
@@ -196,17 +182,27 @@ def _write_output(path: str | None, lines: list[str]) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from attnmt.config import load_config
-    from attnmt.train.trainer import train
+    from attnmt.train.loop import train
+    from attnmt.train.setup import RunExistsError
+    from attnmt.train.stop import NonFiniteError
 
     overrides = args.set + ([f"train.device={args.device}"] if args.device else [])
     config = load_config(args.config, overrides)
     is_main = os.environ.get("RANK", "0") == "0"  # under torchrun, rank 0 alone writes and prints
     if is_main:
         check_output_dir(args.output, "--output")
-    result = train(config, args.output, resume=args.resume, data_dir=args.data_dir,
-                   allow_data_change=args.allow_data_change)
+    try:
+        result = train(config, args.output, resume=args.resume, data_dir=args.data_dir,
+                       allow_data_change=args.allow_data_change)
+    except RunExistsError as e:
+        raise CheckpointError(f"{e}; pass --resume to continue it or choose another --output") from None
+    except NonFiniteError as e:
+        raise TrainingError(f"{e}: lower the learning rate (train.lr or train.lr_factor) or set train.clip_norm, "
+                            "then --resume") from None
     if is_main:
         print(_json_line(result.__dict__))
+    if result.interrupted_by and is_main:
+        log.warning("%s: interrupted by %s; continue with --resume", args.output, result.interrupted_by)
     if result.interrupted_by:  # a stop signal: the conventional exit status 128 + its number
         return 128 + signal.Signals[result.interrupted_by].value
     return 0
@@ -326,20 +322,16 @@ def _engine_translator(args: argparse.Namespace):
 
 
 def _stopping_rule(decode, args: argparse.Namespace):
-    """``decode`` (a ``DecodeConfig``) with ``--early-stopping`` / ``--patience`` applied;
-    ``--early-stopping false`` alone also resets the patience to 1.
+    """``decode`` (a ``DecodeConfig``) under ``--early-stopping`` / ``--patience``
+    (``attnmt.search.options.stopping_rule``).
 
     Raises:
         ValueError: a patience other than 1 without early stopping (one line, exit 2).
     """
-    from attnmt.search.options import SearchOptions
+    from attnmt.search.options import SearchOptions, stopping_rule
 
-    update = {} if args.early_stopping is None else {"early_stopping": args.early_stopping}
-    if args.early_stopping is False and args.patience is None:
-        update["patience"] = 1.0
-    if args.patience is not None:
-        update["patience"] = args.patience
-    decode = decode.model_copy(update=update)
+    early_stopping, patience = stopping_rule(decode, args.early_stopping, args.patience)
+    decode = decode.model_copy(update={"early_stopping": early_stopping, "patience": patience})
     SearchOptions.from_config(decode)  # checks the pair
     return decode
 
@@ -381,6 +373,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
+    from attnmt.decode.output import format_translations
+
     check_output_file(args.output, "--output")
     if args.testset is not None and args.input is not None:
         raise AttnmtError("give --testset or --input, not both")
@@ -425,60 +419,6 @@ def _read_constraints(path: str, count: int, tr) -> list[list[str]]:
     except ConstraintError as e:
         raise AttnmtError(f"{path}:{e.line}: constraint {e.phrase!r} {e.reason}") from None
     return constraints
-
-
-def format_translations(results, fmt: str, scores: bool, nbest: int, confidence=None) -> list[str]:
-    """Output lines for ``translate``.
-
-    text, plain: one translation a line. text with ``--scores`` or ``--nbest``: one line per
-    hypothesis, ``ID ||| TRANSLATION ||| SCORE ||| LOG_PROB`` (ID = 0-based input line; SCORE =
-    length-penalised; LOG_PROB = sum of token log-probabilities), with ``--scores`` a fifth field
-    ``||| piece=prob piece=prob ...`` (each output subword, '</s>' last, with its probability).
-    With ``--alignments`` every text line ends with `` ||| ALIGNMENT`` (Moses ``i-j`` pairs).
-    jsonl: one object per input line, {"id", "hypotheses": [{"text", "score", "log_prob",
-    "tokens", "token_probs", "mean_log_prob", "words", "word_probs"}]} (the confidence fields
-    from ``confidence``, e.g. ``Translator.confidence``), with ``--alignments`` an "alignment"
-    per hypothesis and for the best one at the top, and "warnings" when a constraint was left
-    out; strict JSON: a number that is not finite (the scores of a model with NaN weights) is null.
-    Every input line gets its lines (one, or one per hypothesis: ``nbest`` of them, see
-    ``Translator.translate``); line breaks inside a translation become spaces.
-    """
-    from attnmt.decode.alignment import format_alignment
-
-    def aligned(h) -> str:
-        return "" if h.alignment is None else f" ||| {format_alignment(h.alignment)}"
-
-    if fmt == "jsonl":
-        records = []
-        for i, r in enumerate(results):
-            hyps = []
-            for h in r.hypotheses:
-                hyp = {"text": h.text, "score": h.score, "log_prob": h.log_prob, "tokens": h.pieces,
-                       "token_probs": [math.exp(lp) for lp in h.token_log_probs]}
-                if confidence is not None:
-                    words, probs = confidence(h)
-                    hyp.update(mean_log_prob=h.mean_log_prob, words=words, word_probs=probs)
-                if h.alignment is not None:
-                    hyp["alignment"] = format_alignment(h.alignment)
-                hyps.append(hyp)
-            record = {"id": i, "hypotheses": hyps}
-            if r.hypotheses and r.hypotheses[0].alignment is not None:
-                record["alignment"] = hyps[0]["alignment"]
-            if r.warnings:
-                record["warnings"] = r.warnings
-            records.append(_json_line(record))
-        return records
-    if not scores and nbest == 1:
-        return [_one_line(r.text) + (aligned(r.hypotheses[0]) if r.hypotheses else "") for r in results]
-    lines = []
-    for i, r in enumerate(results):
-        for h in r.hypotheses:
-            line = f"{i} ||| {_one_line(h.text)} ||| {h.score:.6f} ||| {h.log_prob:.6f}"
-            if scores:
-                line += " ||| " + " ".join(f"{_one_line(p)}={math.exp(lp):.6f}"
-                                           for p, lp in zip(h.pieces, h.token_log_probs))
-            lines.append(line + aligned(h))
-    return lines
 
 
 def cmd_score(args: argparse.Namespace) -> int:

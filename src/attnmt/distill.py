@@ -41,7 +41,9 @@ from attnmt.data.text import iter_lines
 from attnmt.errors import ConfigError
 from attnmt.signals import stop_point
 from attnmt.train.checkpoint import LAST_STATE
-from attnmt.train.trainer import TrainResult, run_config, train
+from attnmt.train.loop import train
+from attnmt.train.report import TrainResult
+from attnmt.train.setup import run_config
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +113,9 @@ def distill_corpus(source: Path, translate: Callable[[list[str]], list[str]], ou
     parts = out_dir / "parts"
     parts.mkdir(exist_ok=True)
     done = {p.name for p in parts.glob("*.tgt")}
-    names, fresh, total = [], 0, 0
+    names = []  # the chunk files, in order
+    fresh = 0  # lines translated by this call
+    total = 0  # lines of the source read
     with tqdm(unit=" lines", desc="distilling", disable=None if progress else True) as bar:
         for index, chunk in enumerate(_chunks(islice(iter_lines(source), max_lines), chunk_lines)):
             stop_point()  # a stop signal (attnmt.signals): the finished chunks stay for a rerun
@@ -178,7 +182,7 @@ def distill(config: Config, run_dir: str | Path, translate: Callable[[list[str]]
     Raises:
         ConfigError: ``config`` names no single training corpus (a prepared directory, or several
             corpora in ``data.train``), ``mix_original`` is negative, the student's configuration
-            is refused (``attnmt.train.trainer.run_config``), or an earlier run distilled with
+            is refused (``attnmt.train.setup.run_config``), or an earlier run distilled with
             other settings.
     """
     if mix_original < 0:

@@ -205,7 +205,10 @@ def token_cuts(counts: np.ndarray, longest: np.ndarray, budget: int) -> np.ndarr
     example at least), bucket by bucket. Inside a bucket the longest side is fixed, so past
     the batch it shares with the bucket before, a bucket of n examples of longest side L cuts
     into batches of ``budget // L``: one step per bucket, not per batch."""
-    firsts, sizes, numbers = [], [], []  # runs of batches: first start, size, how many
+    # runs of batches: the first batch's start, the batches' size, how many batches
+    firsts = []
+    sizes = []
+    numbers = []
     place = size = top = 0  # where the bucket begins; examples and longest side of the open batch
     for n, length in zip(counts[counts > 0].tolist(), longest[counts > 0].tolist()):
         joins = min(n, max(0, budget // max(top, length) - size)) if size else 0

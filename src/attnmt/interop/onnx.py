@@ -131,7 +131,9 @@ def _export_graphs(model: Transformer, output: Path, attention: bool = False) ->
 
 def _trace_graphs(model: Transformer, output: Path, attention: bool) -> None:
     cfg, vocab = model.config, model.decoder.output_projection.weight.size(0)
-    layers, heads, head_dim = cfg.num_decoder_layers, cfg.num_heads, cfg.d_model // cfg.num_heads
+    layers = cfg.num_decoder_layers
+    heads = cfg.num_heads
+    head_dim = cfg.d_model // cfg.num_heads
     src = torch.randint(4, vocab, (2, 5))
     src[:, -1], src[1, -2:] = EOS_ID, torch.tensor([EOS_ID, PAD_ID])  # a padded row
     src_names = _names("src_", layers)

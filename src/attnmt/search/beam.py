@@ -197,7 +197,10 @@ def _prune(opened: Extensions, beams: _Beams, keep: list[int], src_mask: torch.T
     ``beams.active``) become the beams; done sentences leave with their beams, source rows and
     cache rows. Updates ``beams``, the cache and the constraint step; returns the (n', 1, 1, S)
     source mask of the sentences still searched."""
-    scores, rows, tokens, token_lp = opened.scores, opened.rows, opened.tokens, opened.token_lp
+    scores = opened.scores
+    rows = opened.rows
+    tokens = opened.tokens
+    token_lp = opened.token_lp
     K, device = scores.size(1), scores.device
     if len(keep) < len(beams.active):  # done sentences leave: their beams and source rows
         keep_t = torch.tensor(keep, dtype=torch.long, device=device)

@@ -134,7 +134,9 @@ def round_robin(banks: list[int], scores: list[float]) -> list[int]:
         scores: each candidate's log-probability.
     """
     order = sorted(range(len(banks)), key=lambda c: (-banks[c], -scores[c]))
-    rank, seen, last = [0] * len(banks), 0, None
+    rank = [0] * len(banks)
+    seen = 0  # candidates of the current bank before this one
+    last = None  # the bank of the previous candidate
     for c in order:  # rank within its bank
         seen = seen + 1 if banks[c] == last else 0
         last = banks[c]
@@ -237,7 +239,9 @@ class ConstraintTracker:
                     if math.isfinite(s):
                         cands[(r, tok)] = (s, lp)
             total = sum(map(len, phrases))
-            keys, banks, values = [], [], []
+            keys = []
+            banks = []
+            values = []
             for (r, tok), (s, lp) in cands.items():
                 state = self.states[r] if tok == EOS_ID else advance(phrases, self.states[r], tok)
                 met = met_tokens(phrases, state)

@@ -1,4 +1,5 @@
-"""The options of one search call, shared by every engine (native, CTranslate2, ONNX Runtime).
+"""The options of one search call, shared by every engine (native, CTranslate2, ONNX Runtime),
+and the defaults of a call's stopping rule.
 
 They live in the search layer so that training (validation decoding) and translation build the
 same object; ``attnmt.decode.engine`` re-exports :class:`SearchOptions` and says which engine
@@ -78,6 +79,26 @@ def best_of(hyps: Iterable[Hypothesis], nbest: int) -> list[Hypothesis]:
     :func:`empty_hypothesis`, so that every sentence gets ``nbest``."""
     ranked = sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest]
     return ranked + [empty_hypothesis() for _ in range(nbest - len(ranked))]
+
+
+def stopping_rule(decode: Any, early_stopping: bool | None = None, patience: float | None = None
+                  ) -> tuple[bool, float]:
+    """A call's stopping rule, ``(early_stopping, patience)`` of :class:`SearchOptions`: the
+    values given (``attnmt translate / evaluate / serve --early-stopping --patience``, the
+    fields of an HTTP request), else the defaults of ``decode`` (a ``DecodeConfig``). A patience
+    not given is ``decode.patience``, except that ``early_stopping`` given as False alone resets
+    it to 1 (a patience applies only to early stopping).
+
+    Not checked here: a patience other than 1 without early stopping is refused by
+    :class:`SearchOptions` (ValueError).
+    """
+    if early_stopping is None:
+        early_stopping = decode.early_stopping
+    elif patience is None and not early_stopping:
+        patience = 1.0
+    if patience is None:
+        patience = decode.patience
+    return early_stopping, patience
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,15 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-class QueueFull(Exception):
-    """The queue has no room for a request's sentences; the client should retry later."""
+class Busy(Exception):
+    """The batcher takes no more jobs now; the client should retry later (an HTTP 503)."""
 
 
-class Closed(Exception):
+class QueueFull(Busy):
+    """The queue has no room for a request's sentences."""
+
+
+class Closed(Busy):
     """The batcher is shutting down and takes no new jobs."""
 
 

@@ -27,13 +27,16 @@ Library: FastAPI / Starlette (python-multipart reads form bodies), Babel (langua
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from babel import Locale
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
-from attnmt.serve.batcher import Closed, QueueFull
+from attnmt.serve.batcher import Busy
+
+if TYPE_CHECKING:
+    from attnmt.serve.app import AppState
 
 
 def language_name(code: str) -> str:
@@ -58,6 +61,12 @@ def _error(status: int, message: str, headers: dict | None = None) -> JSONRespon
     return JSONResponse({"error": message}, status, headers=headers)
 
 
+def _refusal(error: HTTPException, message: str | None = None) -> JSONResponse:
+    """The server's refusal (``AppState.ready``, ``AppState.busy``) in LibreTranslate's shape:
+    its status and headers, its detail or ``message``."""
+    return _error(error.status_code, str(error.detail) if message is None else message, error.headers)
+
+
 async def _fields(request: Request) -> dict | str:
     """The request's fields: a JSON object body, else the query string and form fields (a
     string: why a JSON body was refused)."""
@@ -74,17 +83,18 @@ async def _fields(request: Request) -> dict | str:
     return fields
 
 
-def add_routes(app: FastAPI, ready: Callable) -> None:
-    """Add ``POST /translate`` and ``GET /languages`` to ``app``; ``ready()`` returns the
-    ``TranslationService`` or raises the HTTPException of a server still loading."""
+def add_routes(app: FastAPI, state: AppState) -> None:
+    """Add ``POST /translate`` and ``GET /languages`` to ``app``; ``state.ready()`` returns the
+    ``TranslationService`` or raises the HTTPException of a server still loading, and
+    ``state.busy`` is the 503 of a batcher that takes no more sentences."""
 
     @app.get("/languages", tags=["LibreTranslate"])
     async def languages() -> Response:
         """The model's languages, each with those it translates into, LibreTranslate's shape."""
         try:
-            service = ready()
+            service = state.ready()
         except HTTPException as e:
-            return _error(e.status_code, str(e.detail), e.headers)
+            return _refusal(e)
         out = [{"code": code, "name": language_name(code), "targets": service.targets_of(code)}
                for code in dict.fromkeys(service.sources + service.targets)]
         return JSONResponse(out)
@@ -93,16 +103,18 @@ def add_routes(app: FastAPI, ready: Callable) -> None:
     async def translate(request: Request) -> Response:
         """Translate ``q`` from ``source`` to ``target`` (module docstring)."""
         try:
-            service = ready()
+            service = state.ready()
         except HTTPException as e:
-            return _error(e.status_code, str(e.detail), e.headers)
+            return _refusal(e)
         fields = await _fields(request)
         if isinstance(fields, str):
             return _error(400, fields)
         for name in ("q", "source", "target"):
             if fields.get(name) in (None, "", []):  # a 0 or false is there, but not a string (below)
                 return _error(400, f"Invalid request: missing {name} parameter")
-        q, source, target = fields["q"], fields["source"], fields["target"]
+        q = fields["q"]
+        source = fields["source"]
+        target = fields["target"]
         texts = q if isinstance(q, list) else [q]
         strings = (source, target, fields.get("format", "text"))  # a number or boolean is no language or format
         if not all(isinstance(t, str) for t in texts) or not all(isinstance(v, str) for v in strings):
@@ -137,11 +149,12 @@ def add_routes(app: FastAPI, ready: Callable) -> None:
         try:
             results = await service.translate(lines, service.translator.config.decode.beam_size, 1, False,
                                               tgt_lang=target if service.multilingual else None)
-        except (QueueFull, Closed) as e:
-            return _error(503, f"Slowdown: {e}", {"Retry-After": str(s.retry_after_s)})
+        except Busy as e:
+            return _refusal(state.busy(e), f"Slowdown: {e}")
         except TimeoutError:
             return _error(504, f"not translated within {s.request_timeout_s} s")
-        out, at = [], 0
+        out = []
+        at = 0  # the first line of this text in results
         for text in texts:
             n = len(text.splitlines() or [""])
             out.append("\n".join(r.text for r, _ in results[at: at + n]))

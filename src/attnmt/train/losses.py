@@ -113,10 +113,11 @@ class _ChunkedLoss(torch.autograd.Function):
             vocab = w.size(0)
             loss_sum = torch.zeros((), dtype=torch.float32, device=device)
             nll_sum = torch.zeros((), dtype=torch.float32, device=device)
-            grads = (torch.empty(h.shape, dtype=torch.float32, device=device),
-                     torch.zeros(w.shape, dtype=torch.float32, device=device),
-                     torch.zeros(vocab, dtype=torch.float32, device=device) if b is not None else None
-                     ) if with_grad else (None, None, None)
+            grads = (None, None, None)
+            if with_grad:
+                grad_b = torch.zeros(vocab, dtype=torch.float32, device=device) if b is not None else None
+                grads = (torch.empty(h.shape, dtype=torch.float32, device=device),
+                         torch.zeros(w.shape, dtype=torch.float32, device=device), grad_b)
             for i in range(0, h.size(0), _CHUNK_ROWS):
                 rows = slice(i, i + _CHUNK_ROWS)
                 x = (h[rows] @ w.T if b is None else torch.addmm(b, h[rows], w.T)).float()  # logits (n, V)

@@ -24,19 +24,9 @@ import time
 from pathlib import Path
 
 from attnmt.errors import DataError, write_error
+from attnmt.oneline import finite_or_none
 
 log = logging.getLogger(__name__)
-
-
-def finite_or_none(value):
-    """``value`` with every float that is not finite replaced by None (in lists and dicts too)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: finite_or_none(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_or_none(v) for v in value]
-    return value
 
 
 class MetricsLog:
@@ -129,7 +119,10 @@ class Window:
         self.reset()
 
     def reset(self) -> None:
-        self.tokens, self.loss, self.nll, self.start = 0, 0.0, 0.0, time.monotonic()
+        self.tokens = 0
+        self.loss = 0.0
+        self.nll = 0.0
+        self.start = time.monotonic()
 
     def add(self, tokens: int, loss: float, nll: float) -> None:
         self.tokens += tokens

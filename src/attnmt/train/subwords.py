@@ -46,7 +46,11 @@ class SubwordSampler:
         if target_languages:
             raise ConfigError("train.subword_alpha is for a model without language tags; this one translates into "
                               f"{', '.join(target_languages)}")
-        self.src_tok, self.tgt_tok, self.alpha, self.nbest, self.seed = src_tok, tgt_tok, alpha, nbest, seed
+        self.src_tok = src_tok
+        self.tgt_tok = tgt_tok
+        self.alpha = alpha
+        self.nbest = nbest
+        self.seed = seed
 
     def seed_for(self, epoch: int, batch: int, rank: int) -> int:
         """The generator's seed (uint32) for one batch of the run."""
