@@ -179,11 +179,12 @@ def write_simulated(out: Path, pairs: int, lengths, source: Path) -> None:
     """A prepared directory of ``pairs`` pairs, lengths drawn from ``lengths``, sparse token files;
     ``source``'s tokenizer and manifest fields."""
     import numpy as np
-    from attnmt.data import prepare, shards
+    from attnmt.data import shards
+    from attnmt.data.manifest import CorpusEntry, FileRecord, Manifest, TrainRecord
 
     out.mkdir(parents=True, exist_ok=True)
-    manifest = json.loads((source / "manifest.json").read_text())
-    for name in manifest["tokenizers"]:
+    manifest = Manifest.load(source)
+    for name in manifest.tokenizers:
         (out / name).write_bytes((source / name).read_bytes())
     rng, entries = np.random.default_rng(pairs), []
     for k, start in enumerate(range(0, pairs, shards.SHARD_PAIRS)):
@@ -198,14 +199,15 @@ def write_simulated(out: Path, pairs: int, lengths, source: Path) -> None:
                 f.truncate(int(offsets[-1]) * 2)  # uint16 ids, a hole on disk
         entries.append({"name": name, "pairs": len(drawn), "src_tokens": int(drawn[:, 0].sum()),
                         "tgt_tokens": int(drawn[:, 1].sum())})
-    dropped = dict.fromkeys(manifest["train"]["dropped"], 0)
-    record = {"path": "simulated", "bytes": 0, "mtime_ns": 0, "sha256": f"{pairs:064x}"}
-    manifest["train"] = {"lines": pairs, "pairs": pairs, "dropped": dropped, "shards": entries,
-                         "corpora": [{"name": "simulated", "weight": 1, "start": 0, "lines": pairs, "pairs": pairs,
-                                      "dropped": dropped, "src": record, "tgt": record}]}
-    manifest["valid"] = None
-    manifest["fingerprint"] = prepare.fingerprint(manifest)
-    shards.write_manifest(out, manifest)
+    dropped = dict.fromkeys(manifest.train.dropped, 0)
+    record = FileRecord("simulated", 0, 0, f"{pairs:064x}")
+    corpus = CorpusEntry("simulated", 1, 0, pairs, pairs, dropped, record, record)
+    manifest.train = TrainRecord(pairs, pairs, dropped, entries, [corpus])
+    manifest.valid = None
+    manifest.splits = {}
+    manifest.valid_sets = None
+    manifest.fingerprint = manifest.compute_fingerprint()
+    manifest.save(out)
 
 
 def simulate(args) -> None:

@@ -6,6 +6,7 @@ and the planner takes more than 2**25 examples in linear time."""
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -152,8 +153,8 @@ def test_the_plan_is_pinned():
 
 
 def test_weighted_sample_draws_without_replacement_and_anew():
-    corpora = [{"name": "a", "start": 0, "pairs": 100, "weight": 2.5},
-               {"name": "b", "start": 100, "pairs": 40, "weight": 0.25}]
+    corpora = [SimpleNamespace(name="a", start=0, pairs=100, weight=2.5),
+               SimpleNamespace(name="b", start=100, pairs=40, weight=0.25)]
     draws = []
     for epoch in (0, 1):
         sample = plan.weighted_sample(corpora, 5, epoch)
@@ -162,7 +163,7 @@ def test_weighted_sample_draws_without_replacement_and_anew():
         assert len(a) == 250 and len(b) == 10 == len(set(b.tolist()))
         draws.append(b.tolist())
     assert draws[0] != draws[1]
-    assert plan.weighted_sample([dict(corpora[0], weight=1)], 5, 0) is None
+    assert plan.weighted_sample([SimpleNamespace(**{**vars(corpora[0]), "weight": 1})], 5, 0) is None
 
 
 def test_planning_more_than_2_25_examples_in_linear_time():

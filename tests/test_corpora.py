@@ -22,8 +22,11 @@ from attnmt import rundir
 from attnmt.cli import main
 from attnmt.config import config_from_dict
 from attnmt.data import plan
-from attnmt.data.prepare import HashSet64, iter_pairs, pair_hash, prepare
-from attnmt.data.shards import ShardedCorpus, read_manifest
+from attnmt.data.encoding import HashSet64, pair_hash
+from attnmt.data.manifest import Manifest
+from attnmt.data.prepare import prepare
+from attnmt.data.text import iter_pairs
+from attnmt.data.shards import ShardedCorpus
 from attnmt.errors import ConfigError, DataError
 from attnmt.train import data as train_data
 from attnmt.train.distributed import Ranks
@@ -127,8 +130,8 @@ def test_shards_round_trip_equals_direct_encoding(tmp_path, dtype, workers):
     tok, _ = rundir.read_tokenizers(tmp_path / "out")
     kept, dropped = _brute_force(src, tgt, tok, 30)
     corpus = ShardedCorpus(tmp_path / "out")
-    assert len(manifest["train"]["shards"]) == -(-len(kept) // 70) > 2  # several shards
-    assert corpus.shards[0].src.dtype == dtype and manifest["train"]["dropped"] == dropped
+    assert len(manifest.train.shards) == -(-len(kept) // 70) > 2  # several shards
+    assert corpus.shards[0].src.dtype == dtype and manifest.train.dropped == dropped
     assert len(corpus) == len(kept)
     for i, (a, b) in enumerate(kept):
         s, t = corpus.pair(i)
@@ -161,7 +164,7 @@ def test_filter_counts_equal_a_brute_count(tmp_path):
     manifest = prepare(config, tmp_path / "out")
     tok, _ = rundir.read_tokenizers(tmp_path / "out")
     kept, dropped = _brute_force(src, tgt, tok, 30, ratio=2.5, copies=True, dedup=True)
-    assert manifest["train"]["dropped"] == dropped
+    assert manifest.train.dropped == dropped
     assert all(n > 0 for n in dropped.values()), dropped  # the corpus exercises every filter
     corpus = ShardedCorpus(tmp_path / "out")
     assert [(s.tolist(), t.tolist()) for s, t in (corpus.pair(i) for i in range(len(corpus)))] == kept
@@ -173,7 +176,7 @@ def test_prepare_uses_given_tokenizers_and_is_atomic(tmp_path):
     prepare(_prepare_config(tmp_path), tmp_path / "first")
     tokenizers = rundir.read_tokenizers(tmp_path / "first")
     manifest = prepare(_prepare_config(tmp_path), tmp_path / "second", tokenizers)
-    assert manifest["tokenizers"] == read_manifest(tmp_path / "first")["tokenizers"]
+    assert manifest.tokenizers == Manifest.load(tmp_path / "first").tokenizers
     (tmp_path / "c.src").write_text("only one line\n")  # misaligned now
     with pytest.raises(DataError, match="lines but"):
         prepare(_prepare_config(tmp_path), tmp_path / "third", tokenizers)
@@ -190,7 +193,7 @@ def test_the_prepare_command_runs_without_pytorch(tmp_path):
             "print(code, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.splitlines()[-1] == "0 False", out.stdout + out.stderr
-    assert read_manifest(tmp_path / "out")["train"]["pairs"] > 0
+    assert Manifest.load(tmp_path / "out").train.pairs > 0
 
 
 def test_a_rank_that_cannot_see_rank_0s_directory_prepares_the_same_data(tmp_path, monkeypatch):
@@ -203,10 +206,10 @@ def test_a_rank_that_cannot_see_rank_0s_directory_prepares_the_same_data(tmp_pat
     rank1 = Ranks(rank=1, world_size=2, local_rank=0)
     (tmp_path / "machine1").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "machine1"))
-    found = (str(tmp_path / "elsewhere" / "data"), manifest["fingerprint"], train_data._protos(src_tok, tgt_tok, rank1))
+    found = (str(tmp_path / "elsewhere" / "data"), manifest.fingerprint, train_data._protos(src_tok, tgt_tok, rank1))
     directory = train_data._rank_directory(config, found, None, rank1)
     assert directory.is_relative_to(tmp_path / "machine1")
-    assert read_manifest(directory)["fingerprint"] == manifest["fingerprint"]
+    assert Manifest.load(directory).fingerprint == manifest.fingerprint
     files = sorted(p.name for p in (tmp_path / "rank0").iterdir())
     assert files == sorted(p.name for p in directory.iterdir()) and any(f.endswith(".bin") for f in files)
     differ = [f for f in files if (directory / f).read_bytes() != (tmp_path / "rank0" / f).read_bytes()]
@@ -227,16 +230,16 @@ def test_corpus_weights_3_to_1(tmp_path):
     entries = [{"src": str(tmp_path / f"{n}.src"), "tgt": str(tmp_path / f"{n}.tgt"), "weight": w}
                for n, w in (("a", 1.5), ("b", 0.5))]
     config = config_from_dict({"data": {"train": entries}, "tokenizer": {"vocab_size": 60, "model_type": "bpe"}})
-    corpora = prepare(config, tmp_path / "out")["train"]["corpora"]
+    corpora = prepare(config, tmp_path / "out").train.corpora
     corpus = ShardedCorpus(tmp_path / "out")
     draws = []
     for epoch in (0, 1):
         batches = plan.epoch_plan(train_data.buckets(corpus), corpora, 200, None, 1, epoch).share()
         indices = batches.indices
-        from_a = int((indices < corpora[1]["start"]).sum())
+        from_a = int((indices < corpora[1].start).sum())
         assert from_a / (len(indices) - from_a) == pytest.approx(3.0, rel=0.02)
-        assert set(indices[indices < corpora[1]["start"]].tolist()) == set(range(corpora[1]["start"]))  # all of a
-        b = indices[indices >= corpora[1]["start"]]
+        assert set(indices[indices < corpora[1].start].tolist()) == set(range(corpora[1].start))  # all of a
+        b = indices[indices >= corpora[1].start]
         assert len(set(b.tolist())) == len(b)  # b sampled without replacement
         draws.append(set(b.tolist()))
     assert draws[0] != draws[1]  # a new half of b every epoch
@@ -315,7 +318,7 @@ def test_resume_refuses_changed_data_or_batching_in_one_line(tmp_path):
         TrainingRun(config_from_dict(longer), run, resume=True, progress=False)
     assert "\n" not in str(e.value)
     result = train(config_from_dict(longer), run, resume=True, progress=False, allow_data_change=True)
-    assert result.steps == 6 and read_manifest(run / "data")["train"]["pairs"] == 401
+    assert result.steps == 6 and Manifest.load(run / "data").train.pairs == 401
 
 
 def test_epochs_are_planned_once_each_and_the_planner_is_in_the_signature(tmp_path, monkeypatch):

@@ -8,7 +8,8 @@ import hashlib
 import pytest
 
 from attnmt.data.batching import make_batch, token_batches
-from attnmt.data.corpus import MULTI30K, dataset_file, dataset_pair_files, encode_corpus, read_lines, read_parallel
+from attnmt.data.corpus import MULTI30K, dataset_file, dataset_pair_files, encode_corpus
+from attnmt.data.text import read_lines, read_parallel
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 from attnmt.errors import DataError
 

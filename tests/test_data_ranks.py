@@ -64,7 +64,7 @@ def test_a_rank_reading_other_data_stops_the_run_in_one_line(tmp_path):
     src_tok, tgt_tok = rundir.read_tokenizers(tmp_path / "rank0")
     rank1 = distributed.Ranks(1, 2)
     prepared = config_from_dict({"data": {"prepared": str(tmp_path / "rank1")}})
-    found = (str(tmp_path / "rank1"), rank0["fingerprint"], train_data._protos(src_tok, tgt_tok, rank1))
+    found = (str(tmp_path / "rank1"), rank0.fingerprint, train_data._protos(src_tok, tgt_tok, rank1))
     directory = train_data._rank_directory(prepared, found, None, rank1)  # this machine's copy, read as it is
     mine = train_data._what_is_read(train_data._open(directory, *_parts(tmp_path / "rank1")))
     theirs = train_data._what_is_read(train_data._open(tmp_path / "rank0", *_parts(tmp_path / "rank0")))
@@ -80,6 +80,6 @@ def test_a_rank_reading_other_data_stops_the_run_in_one_line(tmp_path):
 
 
 def _parts(directory):
-    from attnmt.data.shards import read_manifest
+    from attnmt.data.manifest import Manifest
 
-    return (read_manifest(directory), *rundir.read_tokenizers(directory))
+    return (Manifest.load(directory), *rundir.read_tokenizers(directory))

@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from attnmt import cli, rundir
 from attnmt.config import config_from_dict
-from attnmt.data.corpus import MAX_LINE_CHARS, decode_lines
+from attnmt.data.text import MAX_LINE_CHARS, decode_lines
 from attnmt.decode.output import format_translations
 from attnmt.decode.translator import Translator
 from attnmt.errors import ConfigError, DataError, TrainingError, WriteError

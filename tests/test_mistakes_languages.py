@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from attnmt.config import config_from_dict
-from attnmt.data.prepare import data_path, sample_lines, training_corpora
+from attnmt.data.sampling import sample_lines
+from attnmt.data.sources import data_path, training_corpora
 from attnmt.errors import DataError
 from attnmt.languages import served_languages, target_language, temperature_weights
 from tests.conftest import GERMAN_ENGLISH, copy_task_config, toy_sentence, wait_ready, word_for_word

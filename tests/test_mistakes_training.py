@@ -130,7 +130,7 @@ def test_a_stop_while_workers_start_leaves_no_worker_running(monkeypatch, call):
     """A stop raised between two workers' starts left the first one running."""
     import multiprocessing.process
 
-    from attnmt.data import prepare as prepare_module
+    from attnmt.data import encoding, sampling
 
     start_worker = multiprocessing.process.BaseProcess.start
 
@@ -142,9 +142,9 @@ def test_a_stop_while_workers_start_leaves_no_worker_running(monkeypatch, call):
     monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", signalled_while_starting)
     with StopSignals(raising=True), pytest.raises(Interrupted):
         if call == "sample":
-            prepare_module._in_parallel(len, [("a",), ("b",)], workers=2)
+            sampling._in_parallel(len, [("a",), ("b",)], workers=2)
         else:
-            list(prepare_module.encode_stream(iter([]), None, None, None, np.dtype(np.uint16), workers=2))
+            list(encoding.encode_stream(iter([]), None, None, None, np.dtype(np.uint16), workers=2))
     assert multiprocessing.active_children() == []  # killed and joined, not left behind
 
 

@@ -4,6 +4,7 @@ data path, translation into a chosen language, and bilingual models left as they
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ import yaml
 from attnmt import languages
 from attnmt.config import config_from_dict
 from attnmt.data import shards
+from attnmt.data.manifest import Manifest
 from attnmt.data.plan import weighted_sample
 from attnmt.data.prepare import prepare
 from attnmt.data.tokenizers import EOS_ID, Tokenizer
@@ -43,7 +45,7 @@ def test_temperature_weights_match_the_formula_and_the_sampler_draws_them_within
     expected /= expected.sum()
     assert sum(w * n for w, n in zip(new, sizes)) == pytest.approx(mass.sum())  # the epoch keeps its size
     starts = np.cumsum([0] + sizes[:-1])
-    corpora = [{"start": int(s), "pairs": n, "weight": w} for s, n, w in zip(starts, sizes, new)]
+    corpora = [SimpleNamespace(start=int(s), pairs=n, weight=w) for s, n, w in zip(starts, sizes, new)]
     sample = weighted_sample(corpora, seed=1, epoch=0)
     drawn = np.array([((sample >= s) & (sample < s + n)).sum() for s, n in zip(starts, sizes)]) / len(sample)
     assert np.abs(drawn - expected).max() < 0.02
@@ -75,28 +77,28 @@ def test_multilingual_prepare_tags_every_source_with_its_corpus_target(tmp_path)
     out = tmp_path / "prepared"
     manifest = prepare(config_from_dict(multilingual_config(tmp_path)), out)
     tok = Tokenizer.load(out / "spm.model")
-    assert [(c["src_lang"], c["tgt_lang"]) for c in manifest["train"]["corpora"]] == [
+    assert [(c.src_lang, c.tgt_lang) for c in manifest.train.corpora] == [
         tuple(d.split("-")) for d in MULTILINGUAL_DIRECTIONS]
     corpus = shards.ShardedCorpus(out, "train", manifest)
-    for entry in manifest["train"]["corpora"]:
-        [tag_id] = tok.piece_ids([f"<2{entry['tgt_lang']}>"])
-        src, _ = corpus.pairs(range(entry["start"], entry["start"] + entry["pairs"]))
+    for entry in manifest.train.corpora:
+        [tag_id] = tok.piece_ids([f"<2{entry.tgt_lang}>"])
+        src, _ = corpus.pairs(range(entry.start, entry.start + entry.pairs))
         assert {int(s[0]) for s in src} == {tag_id}
         assert all(tag_id not in s[1:].tolist() for s in src)
-    assert [(v["name"], v["split"]) for v in manifest["valid_sets"]] == [("de-en", "valid.0"), ("en-fr", "valid.1")]
+    assert [(v.name, v.split) for v in manifest.valid_sets] == [("de-en", "valid.0"), ("en-fr", "valid.1")]
     refs = (out / shards.refs_file("valid.1")).read_text(encoding="utf-8").split("\n")
     assert refs[0] == (tmp_path / "valid.fr").read_text(encoding="utf-8").split("\n")[0]
     # the directions are part of what the directory is: the fingerprint changes with them
     raw = multilingual_config(tmp_path)
     raw["data"]["train"][0]["tgt_lang"], raw["data"]["train"][0]["tgt"] = "fr", str(tmp_path / "train.fr")
     other = prepare(config_from_dict(raw), tmp_path / "other")
-    assert other["fingerprint"] != manifest["fingerprint"]
+    assert other.fingerprint != manifest.fingerprint
 
 
 def test_a_bilingual_model_is_unchanged(tmp_path, tiny_run):
     config = config_from_dict(copy_task_config(tmp_path))
     manifest = prepare(config, tmp_path / "prepared")
-    assert "valid_sets" not in manifest and "src_lang" not in manifest["train"]["corpora"][0]
+    assert "valid_sets" not in manifest.to_dict() and "src_lang" not in manifest.to_dict()["train"]["corpora"][0]
     assert (tmp_path / "prepared" / shards.VALID_REFS).is_file()
     src_tok = Tokenizer.load(tmp_path / "prepared" / "spm.model")
     # its tokenizer is the one trained without tags: byte for byte what Tokenizer.train gives
@@ -207,7 +209,7 @@ def test_fine_tuning_a_multilingual_model_keeps_its_languages_and_tags(multiling
     train(config_from_dict(raw), tmp_path / "tuned", progress=False)
     tuned = Translator.from_dir(tmp_path / "tuned")
     assert tuned.config.tokenizer.target_languages == ["de", "en", "fr"]
-    manifest = json.loads((tmp_path / "tuned" / "data" / "manifest.json").read_text())
+    manifest = Manifest.load(tmp_path / "tuned" / "data")
     [tag_fr] = tuned.src_tokenizer.piece_ids(["<2fr>"])
     corpus = shards.ShardedCorpus(tmp_path / "tuned" / "data", "train", manifest)
     src, _ = corpus.pairs(range(5))

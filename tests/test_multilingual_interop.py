@@ -19,6 +19,7 @@ import pytest
 import torch
 import yaml
 
+from attnmt.data.manifest import Manifest
 from attnmt.cli import main
 from attnmt.config import config_from_dict
 from attnmt.decode.translator import Translator
@@ -302,8 +303,8 @@ def test_finetuning_an_opus_model_keeps_its_languages(opus, tmp_path):
     assert tokenizer["target_languages"] == ["deu", "fra"] and tokenizer["language_tag"] == ">>{}<<"
     tr = Translator.from_dir(run)
     [tag] = tr.src_tokenizer.piece_ids([">>fra<<"])
-    manifest = json.loads((run / "data" / "manifest.json").read_text(encoding="utf-8"))
-    pairs = manifest["train"]["corpora"][0]["pairs"]
+    manifest = Manifest.load(run / "data")
+    pairs = manifest.train.corpora[0].pairs
     src, _ = shards.ShardedCorpus(run / "data", "train", manifest).pairs(range(pairs))
     assert pairs == len(german) and {int(s[0]) for s in src} == {tag}
     losses = [json.loads(line)["loss"] for line in (run / "train_log.jsonl").read_text().splitlines()

@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 
 from attnmt.config import config_from_dict
-from attnmt.data import blocks
 from attnmt.data import prepare as prepare_module
-from attnmt.data.blocks import HashedReader, line_chunks, pair_chunks, whole_lines
-from attnmt.data.prepare import Reservoir, prepare
+from attnmt.data import text as blocks
+from attnmt.data.manifest import FileRecord
+from attnmt.data.prepare import prepare
+from attnmt.data.sampling import Reservoir
+from attnmt.data.text import HashedReader, line_chunks, pair_chunks, whole_lines
 from attnmt.errors import DataError
 
 from .conftest import copy_task_config
@@ -118,10 +120,10 @@ def test_reservoir_samples_uniformly():
 def test_the_training_text_is_hashed_while_it_is_read(tmp_path, monkeypatch):
     raw = copy_task_config(tmp_path, max_steps=1)
     read = []
-    monkeypatch.setattr(prepare_module, "file_record", lambda path: read.append(path.name) or {
-        "path": str(path), "bytes": 0, "mtime_ns": 0, "sha256": ""})
+    monkeypatch.setattr(prepare_module, "file_record", lambda path: read.append(path.name) or FileRecord(
+        str(path), 0, 0, ""))
     manifest = prepare(config_from_dict(raw), tmp_path / "out", workers=2)
     assert sorted(read) == ["valid.src", "valid.tgt"]  # the training files: no second reading
     for side in ("src", "tgt"):
-        record = manifest["train"]["corpora"][0][side]
-        assert record["sha256"] == hashlib.sha256((tmp_path / f"train.{side}").read_bytes()).hexdigest()
+        record = getattr(manifest.train.corpora[0], side)
+        assert record.sha256 == hashlib.sha256((tmp_path / f"train.{side}").read_bytes()).hexdigest()

@@ -56,7 +56,7 @@ BY_PATH = {
 @pytest.mark.parametrize("name", sorted(BY_PATH))
 def test_registry_presets_read_what_they_read_by_path(name, tmp_path, monkeypatch):
     from attnmt.config import config_from_dict
-    from attnmt.data.prepare import training_corpora, validation_sets
+    from attnmt.data.sources import training_corpora, validation_sets
 
     (tmp_path / "multi30k").mkdir()
     for split in ("train", "val"):

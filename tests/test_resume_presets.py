@@ -21,8 +21,8 @@ from safetensors.torch import load_file
 
 from attnmt.cli import main
 from attnmt.config import Config, load_config
-from attnmt.data.corpus import read_lines
-from attnmt.data.prepare import training_corpora
+from attnmt.data.sources import training_corpora
+from attnmt.data.text import read_lines
 from attnmt.data.tokenizers import WordTokenizer
 from attnmt.data.vectors import write_vec
 from tests.conftest import multi30k_data
@@ -203,9 +203,9 @@ def test_a_many_to_one_run_with_several_validation_sets_is_not_stale(tmp_path):
     d["train_src"] = d["train_tgt"] = d["valid_src"] = d["valid_tgt"] = None
     config = config_from_dict(raw)
     manifest = prepare(config, tmp_path / "prepared")
-    assert manifest["valid_sets"] and not any("tgt_lang" in c for c in manifest["train"]["corpora"])
+    assert manifest.valid_sets and not any(c.tagged for c in manifest.train.corpora)
     assert changed_inputs(config, manifest) is None
-    del manifest["filters"]["copies"]
+    del manifest.filters["copies"]
     assert changed_inputs(config, manifest) is None
     raw["data"]["filter"] = {"copies": True}
     assert changed_inputs(config_from_dict(raw), manifest) == "data.filter.copies False -> True"

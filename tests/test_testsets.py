@@ -12,7 +12,7 @@ import yaml
 
 from attnmt.config import config_from_dict
 from attnmt.data.corpus import MULTI30K
-from attnmt.data.prepare import training_corpora
+from attnmt.data.sources import training_corpora
 from attnmt.data.testsets import direction, parse_testset, resolve_testset
 from attnmt.errors import ConfigError, DataError
 from tests.test_hardening import assert_one_line_error, run_cli

@@ -36,7 +36,8 @@ from tqdm import tqdm
 from attnmt import rundir
 from attnmt.config import Config, config_from_dict
 from attnmt.data.corpus import sha256_file
-from attnmt.data.prepare import iter_lines, training_corpora, validation_sets
+from attnmt.data.sources import training_corpora, validation_sets
+from attnmt.data.text import iter_lines
 from attnmt.errors import ConfigError
 from attnmt.signals import stop_point
 from attnmt.train.checkpoint import LAST_STATE

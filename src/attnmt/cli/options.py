@@ -131,7 +131,7 @@ def read_input(path: str | None) -> list[str]:
     Raises:
         AttnmtError: standard input is closed. DataError: an unreadable or undecodable file.
     """
-    from attnmt.data.corpus import decode_lines, read_lines
+    from attnmt.data.text import decode_lines, read_lines
 
     if path is None or path == "-":
         check_input_file(path, "--input")

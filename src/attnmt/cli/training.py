@@ -116,18 +116,21 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         manifest = prepare(config, args.output, tokenizers, workers=args.workers, data_dir=args.data_dir,
                            progress=True)
     size = sum(f.stat().st_size for f in Path(args.output).iterdir())
-    train_info = manifest["train"]
-    print(json_line({"output": args.output, "lines": train_info["lines"], "pairs": train_info["pairs"],
-                     "dropped": train_info["dropped"], "valid_pairs": (manifest["valid"] or {}).get("pairs"),
-                     "seconds": manifest["seconds"], "pairs_per_second": round(train_info["lines"] /
-                                                                               max(manifest["seconds"], 1e-9)),
-                     "megabytes": round(size / 1e6, 1), "fingerprint": manifest["fingerprint"]}))
+    train = manifest.train
+    valid_pairs = None
+    if manifest.valid is not None:
+        valid_pairs = manifest.valid.pairs
+    print(json_line({"output": args.output, "lines": train.lines, "pairs": train.pairs, "dropped": train.dropped,
+                     "valid_pairs": valid_pairs, "seconds": manifest.seconds,
+                     "pairs_per_second": round(train.lines / max(manifest.seconds, 1e-9)),
+                     "megabytes": round(size / 1e6, 1), "fingerprint": manifest.fingerprint}))
     return 0
 
 
 def cmd_train_vectors(args: argparse.Namespace) -> int:
     from attnmt.config import load_config
-    from attnmt.data.prepare import iter_pairs, training_corpora
+    from attnmt.data.sources import training_corpora
+    from attnmt.data.text import iter_pairs
     from attnmt.data.tokenizers import WordTokenizer
     from attnmt.data.vectors import train_fasttext, write_vec
     from attnmt.rundir import atomic_write

@@ -51,7 +51,7 @@ def _read_constraints(path: str, count: int, tr) -> list[list[str]]:
         DataError: an unreadable file. AttnmtError: a line count other than ``count``, or a
             phrase with no target token or an unknown one (FILE:LINE).
     """
-    from attnmt.data.corpus import read_lines
+    from attnmt.data.text import read_lines
     from attnmt.decode.translator import ConstraintError
 
     lines = read_lines(path)
@@ -93,7 +93,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from attnmt.data.corpus import read_parallel
+    from attnmt.data.text import read_parallel
     from attnmt.decode.output import format_scores
 
     check_output_file(args.output, "--output")
@@ -117,7 +117,7 @@ def _print_scores(scores: dict, sentences: int, seconds: float) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from attnmt.data.corpus import read_parallel
+    from attnmt.data.text import read_parallel
     from attnmt.data.tokenizers import WordTokenizer
     from attnmt.evaluate import corpus_scores, tokenized_bleu
 

@@ -1,7 +1,6 @@
-"""Parallel text: reading line-aligned files, validating them, and the dataset registry.
+"""The dataset registry, and encoding a parallel corpus held in memory.
 
-A parallel corpus is two UTF-8 text files (plain or gzip) where line N of one translates line
-N of the other. Errors name the file, the line and the problem. The registry knows where the
+Reading the text files is ``attnmt.data.text``'s. The registry knows where the
 Multi30k task-1 files live (github.com/multi30k/dataset, data/task1/raw/, or a mirror named by
 ``ATTNMT_MULTI30K_URL``) and their SHA-256, and reads them from a local directory when one is
 given (``--data-dir`` or ``ATTNMT_DATA``): that directory holds a ``multi30k/`` folder with
@@ -10,101 +9,14 @@ given (``--data-dir`` or ``ATTNMT_DATA``): that directory holds a ``multi30k/`` 
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import logging
 import os
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from attnmt.errors import DataError
 
-log = logging.getLogger(__name__)
-
 DATA_ENV = "ATTNMT_DATA"
-
-# Lines longer than this many characters are cut to it, with a warning naming file and line, so
-# that a hostile input (a 10 MB line) costs bounded memory and time downstream (SentencePiece,
-# the model). Far above any sentence: training drops pairs longer than data.max_len subwords
-# anyway, and translation cuts sources to the model's max_positions.
-MAX_LINE_CHARS = 20_000
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """Read a UTF-8 text file (plain, or gzip by its magic bytes) into lines without newlines.
-
-    Raises:
-        DataError: the file is missing, unreadable, or a line is not valid UTF-8 (file and line).
-    """
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
-    except OSError as e:
-        raise DataError(f"{path}: cannot read: {e.strerror}") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
-            raise DataError(f"{path}: corrupt gzip file: {e}") from None
-    return decode_lines(data, str(path))
-
-
-def decode_lines(data: bytes, name: str, max_chars: int = MAX_LINE_CHARS, first: int = 1) -> list[str]:
-    """Split UTF-8 bytes into lines at ``\\n`` only (no newlines; a final newline does not add an
-    empty line; a CR before the newline is dropped). A line longer than ``max_chars``
-    characters is cut to that length, with a warning naming ``name:line`` (``first``: the
-    number of the first line, for a part of a file).
-
-    Raises:
-        DataError: a line is not valid UTF-8 (``name:line``).
-    """
-    try:  # the whole text at once; only a text with an invalid byte or an overlong line goes line by line
-        lines = data.decode("utf-8").split("\n")
-    except UnicodeDecodeError:
-        lines = None
-    if lines is not None:
-        if lines and lines[-1] == "":
-            lines.pop()
-        if b"\r" in data:
-            lines = [line.rstrip("\r") for line in lines]
-        if not lines or max(map(len, lines)) <= max_chars:
-            return lines
-    raw_lines = data.split(b"\n")
-    if raw_lines and raw_lines[-1] == b"":
-        raw_lines.pop()
-    lines = []
-    for number, raw in enumerate(raw_lines, start=first):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise DataError(f"{name}:{number}: invalid UTF-8 at byte {e.start} of the line") from None
-        text = text.rstrip("\r")
-        if len(text) > max_chars:
-            log.warning("%s:%d: line of %d characters cut to %d", name, number, len(text), max_chars)
-            text = text[:max_chars]
-        lines.append(text)
-    return lines
-
-
-def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
-    """Read two line-aligned files.
-
-    Returns:
-        (source lines, target lines), equally long, whitespace-stripped.
-    Raises:
-        DataError: a file error (see :func:`read_lines`) or different line counts (both given).
-    """
-    src = read_lines(src_path)
-    tgt = read_lines(tgt_path)
-    if len(src) != len(tgt):
-        raise DataError(
-            f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: parallel files must be line-aligned"
-        )
-    return [s.strip() for s in src], [t.strip() for t in tgt]
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
+from attnmt.data.manifest import CorpusEntry
+
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 16  # examples handled at a time: bounds every temporary
@@ -317,37 +319,37 @@ class Plan:
         return Share(len(self), start, rank, world, indices, offsets)
 
 
-def weighted_sample(corpora: list[dict], seed: int, epoch: int) -> np.ndarray | None:
+def weighted_sample(corpora: list[CorpusEntry], seed: int, epoch: int) -> np.ndarray | None:
     """The example indices of one epoch over corpora with weights (``data.train``): corpus c
     (``start``, ``pairs``, ``weight`` w) gives ``floor(w)`` copies of each of its pairs plus
     the ``round(frac(w) x pairs)`` pairs that a keyed permutation of its pairs puts first
     (drawn without replacement, anew each epoch), in corpus order. None when every weight is
     1: each pair once, the plain corpus."""
-    if all(c["weight"] == 1 for c in corpora):
+    if all(c.weight == 1 for c in corpora):
         return None
     keys = round_keys(seed, epoch, 2 + len(corpora))[2:]
-    dtype = np.int32 if max(c["start"] + c["pairs"] for c in corpora) < 2**31 else np.int64
+    dtype = np.int32 if max(c.start + c.pairs for c in corpora) < 2**31 else np.int64
     parts = []
     for c, k in zip(corpora, keys):
-        parts += [np.arange(c["start"], c["start"] + c["pairs"], dtype=dtype)] * int(c["weight"])
-        drawn = permute(np.arange(_extra(c), dtype=np.uint32), c["pairs"], k)
+        parts += [np.arange(c.start, c.start + c.pairs, dtype=dtype)] * int(c.weight)
+        drawn = permute(np.arange(_extra(c), dtype=np.uint32), c.pairs, k)
         drawn.sort()
-        parts.append(c["start"] + drawn.astype(dtype))
+        parts.append(c.start + drawn.astype(dtype))
     return np.concatenate(parts)
 
 
-def _extra(corpus: dict) -> int:
+def _extra(corpus: CorpusEntry) -> int:
     """Pairs of a corpus drawn for the fraction of its weight."""
-    return round((corpus["weight"] - int(corpus["weight"])) * corpus["pairs"])
+    return round((corpus.weight - int(corpus.weight)) * corpus.pairs)
 
 
-def sample_pairs(corpus: dict) -> int:
+def sample_pairs(corpus: CorpusEntry) -> int:
     """How many pairs :func:`weighted_sample` takes of ``corpus`` (``pairs``, ``weight``) in
     every epoch: ``floor(w) x pairs + round(frac(w) x pairs)``, the same for all epochs."""
-    return int(corpus["weight"]) * corpus["pairs"] + _extra(corpus)
+    return int(corpus.weight) * corpus.pairs + _extra(corpus)
 
 
-def epoch_plan(buckets: Buckets, corpora: list[dict] | None, batch_tokens: int | None,
+def epoch_plan(buckets: Buckets, corpora: list[CorpusEntry] | None, batch_tokens: int | None,
                batch_sentences: int | None, seed: int | None, epoch: int) -> Plan:
     """The batches of ``epoch`` (module docstring): the epoch's weighted sample of the corpora
     (:func:`weighted_sample`), by ``batch_sentences`` when set, else within ``batch_tokens``;
@@ -362,14 +364,14 @@ def epoch_plan(buckets: Buckets, corpora: list[dict] | None, batch_tokens: int |
     return Plan(order, bounds, None if rounds is None else rounds[1], sample)
 
 
-def epoch_size(buckets: Buckets, corpora: list[dict] | None, batch_tokens: int | None,
+def epoch_size(buckets: Buckets, corpora: list[CorpusEntry] | None, batch_tokens: int | None,
                batch_sentences: int | None, seed: int, epoch: int) -> int:
     """How many batches :func:`epoch_plan` makes, from the buckets' sizes alone (no order)."""
     _, keys = _epoch_items(buckets, corpora, seed, epoch)
     return len(_cuts(buckets, buckets.counts(keys), batch_tokens, batch_sentences)) - 1
 
 
-def _epoch_items(buckets: Buckets, corpora: list[dict] | None, seed: int | None, epoch: int
+def _epoch_items(buckets: Buckets, corpora: list[CorpusEntry] | None, seed: int | None, epoch: int
                  ) -> tuple[np.ndarray | None, np.ndarray]:
     """The epoch's weighted sample (None: each example once) and the bucket of each item."""
     sample = weighted_sample(corpora, seed, epoch) if corpora and seed is not None else None
@@ -389,6 +391,6 @@ def _gather(keys: np.ndarray, items: np.ndarray) -> np.ndarray:
     return out
 
 
-def _log_mix(corpora: list[dict], epoch: int) -> None:
+def _log_mix(corpora: list[CorpusEntry], epoch: int) -> None:
     log.info("epoch %d mix: %s", epoch + 1, ", ".join(
-        f"{c['name']} {sample_pairs(c)} pairs (weight {c['weight']:g})" for c in corpora))
+        f"{c.name} {sample_pairs(c)} pairs (weight {c.weight:g})" for c in corpora))

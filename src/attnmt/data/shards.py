@@ -12,6 +12,7 @@ files: per split (``train``, ``valid``) and shard ``k`` (at most :data:`SHARD_PA
                                        (a multilingual model: splits valid.0, valid.1, ... one per
                                        direction, listed in the manifest's valid_sets)
     DATA_DIR/manifest.json             counts, filter drops, tokenizer hashes, config, fingerprint
+                                       (``attnmt.data.manifest``)
     DATA_DIR/spm.model (or src./tgt. models, or word vocabularies)   the tokenizers
 
 Opening a directory (:class:`ShardedCorpus`) reads the manifest and each file's header only;
@@ -28,7 +29,6 @@ Library: numpy (``np.lib.format`` for the ``.npy`` headers), ``os.preadv``.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import tempfile
@@ -39,10 +39,9 @@ from typing import Iterator
 import numpy as np
 
 from attnmt.data.corpus import sha256_file  # noqa: F401  (re-exported: the manifest's hashes)
+from attnmt.data.manifest import Manifest
 from attnmt.errors import DataError, WriteError, write_error
 
-MANIFEST = "manifest.json"
-FORMAT = "attnmt-prepared-1"
 SHARD_PAIRS = 2_000_000  # pairs per shard at most: files of a few hundred MB
 VALID_REFS = "valid.ref.txt"
 
@@ -72,7 +71,10 @@ class ShardWriter:
     """
 
     def __init__(self, directory: Path, split: str, dtype: np.dtype, shard_pairs: int = SHARD_PAIRS):
-        self.directory, self.split, self.dtype, self.shard_pairs = Path(directory), split, dtype, shard_pairs
+        self.directory = Path(directory)
+        self.split = split
+        self.dtype = dtype
+        self.shard_pairs = shard_pairs
         self.shards: list[dict] = []
         self._files: tuple | None = None
         self._lengths: list[np.ndarray] = []
@@ -80,8 +82,10 @@ class ShardWriter:
 
     def add(self, src: np.ndarray, src_len: np.ndarray, tgt: np.ndarray, tgt_len: np.ndarray) -> None:
         """Append pairs given as flat id arrays and their per-pair lengths (int arrays)."""
-        src_off, tgt_off = _starts(src_len), _starts(tgt_len)
-        done, n = 0, len(src_len)
+        src_off = _starts(src_len)
+        tgt_off = _starts(tgt_len)
+        done = 0
+        n = len(src_len)
         while done < n:
             if self._files is None:
                 self._open()
@@ -104,7 +108,8 @@ class ShardWriter:
     def _open(self) -> None:
         name = shard_name(self.split, len(self.shards))
         self._files = tuple(open(self.directory / f"{name}.{side}.bin", "wb") for side in ("src", "tgt"))
-        self._lengths, self._count = [], 0
+        self._lengths = []
+        self._count = 0
 
     def _close_shard(self) -> None:
         for f in self._files:
@@ -167,29 +172,6 @@ def staging_dir(output: str | Path, replace: bool = False, empty_ok: bool = Fals
                 output.parent.rmdir()
 
 
-def write_manifest(directory: Path, manifest: dict) -> None:
-    (Path(directory) / MANIFEST).write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n",
-                                            encoding="utf-8")
-
-
-def read_manifest(directory: str | Path) -> dict:
-    """The manifest of a prepared directory.
-
-    Raises:
-        DataError: no manifest (not a prepared directory, or an unfinished one), or not ours.
-    """
-    path = Path(directory) / MANIFEST
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(f"{path}: missing; is {directory} a directory written by 'attnmt prepare'?") from None
-    except (OSError, ValueError) as e:
-        raise DataError(f"{path}: unreadable: {e}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise DataError(f"{path}: not a manifest of format {FORMAT}")
-    return manifest
-
-
 class ShardFile:
     """One file of a shard, read by positioned reads (``os.preadv``), never memory-mapped: the
     pages a process reads stay in the page cache, shared by the processes of a machine, and
@@ -204,7 +186,8 @@ class ShardFile:
     """
 
     def __init__(self, path: Path, dtype: np.dtype, npy: bool = False):
-        self.path, self.dtype = path, np.dtype(dtype)
+        self.path = path
+        self.dtype = np.dtype(dtype)
         try:
             self._file = open(path, "rb", buffering=0)
             self.start = 0
@@ -259,14 +242,16 @@ class ShardedCorpus:
         DataError: a missing or truncated shard file (named).
     """
 
-    def __init__(self, directory: str | Path, split: str = "train", manifest: dict | None = None):
+    def __init__(self, directory: str | Path, split: str = "train", manifest: Manifest | None = None):
         self.directory = Path(directory)
-        manifest = manifest if manifest is not None else read_manifest(directory)
-        info = manifest[split]
-        self.dtype = np.dtype(manifest["token_dtype"])
-        self.corpora, self.dropped = info.get("corpora", []), info["dropped"]
-        self.shards = [self._open(entry["name"], entry["pairs"]) for entry in info["shards"]]
-        self.starts = np.cumsum([0] + [e["pairs"] for e in info["shards"]])
+        if manifest is None:
+            manifest = Manifest.load(directory)
+        info = manifest.split(split)
+        self.dtype = np.dtype(manifest.token_dtype)
+        self.corpora = getattr(info, "corpora", [])
+        self.dropped = info.dropped
+        self.shards = [self._open(entry["name"], entry["pairs"]) for entry in info.shards]
+        self.starts = np.cumsum([0] + [e["pairs"] for e in info.shards])
 
     def _open(self, name: str, pairs: int) -> Shard:
         path = self.directory / name
@@ -297,7 +282,8 @@ class ShardedCorpus:
     def pair(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """The source and target ids of pair ``i`` (global index), as new arrays of the token dtype."""
         k = int(np.searchsorted(self.starts, i, side="right")) - 1
-        s, j = self.shards[k], int(i - self.starts[k])
+        s = self.shards[k]
+        j = int(i - self.starts[k])
         sides = []
         for tokens, offsets in ((s.src, s.src_idx), (s.tgt, s.tgt_idx)):
             first, end = offsets.read(j, 2).tolist()

@@ -13,7 +13,7 @@ run is never refused:
   multilingual model, ``attnmt.languages``) then or now, its languages. A bilingual or
   many-to-one model's corpora have no tag: their languages are labels, not data.
 
-Library: none beyond the standard library (hashing: ``attnmt.data.shards``).
+Library: none beyond the standard library (hashing: ``attnmt.data.corpus``).
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from pathlib import Path
 
 from attnmt import languages
 from attnmt.config import Config, FilterConfig
-from attnmt.data import shards
-from attnmt.data.prepare import training_corpora, validation_sets
+from attnmt.data.corpus import sha256_file
+from attnmt.data.manifest import FileRecord, Manifest
+from attnmt.data.sources import training_corpora, validation_sets
 
 
-def changed_inputs(config: Config, manifest: dict, data_dir: str | None = None) -> str | None:
+def changed_inputs(config: Config, manifest: Manifest, data_dir: str | None = None) -> str | None:
     """What differs between the text a configuration names (files, filter settings, weights,
     a multilingual model's languages) and what a prepared directory was made from, in a few
     words; None if nothing (module docstring).
@@ -41,29 +42,31 @@ def changed_inputs(config: Config, manifest: dict, data_dir: str | None = None) 
     """
     config = languages.resolve(config)
     corpora = training_corpora(config, data_dir)
-    prepared = manifest["train"]["corpora"]
+    prepared = manifest.train.corpora
     if len(corpora) != len(prepared):
         return f"{len(prepared)} training corpora then, {len(corpora)} now"
-    change = _changed_filters(config, manifest["filters"])
+    change = _changed_filters(config, manifest.filters)
     if change is not None:
         return change
-    tagged = bool(config.tokenizer.target_languages) or any("tgt_lang" in entry for entry in prepared)
+    tagged = bool(config.tokenizer.target_languages) or any(entry.tagged for entry in prepared)
     for corpus, entry in zip(corpora, prepared):
-        if corpus.weight != entry["weight"]:
-            return f"{corpus.name} weight {entry['weight']} -> {corpus.weight}"
-        if corpus.max_pairs != entry.get("max_pairs"):
-            return f"{corpus.name} max_pairs {entry.get('max_pairs')} -> {corpus.max_pairs}"
-        if tagged and not (languages.same_language(corpus.src_lang, entry.get("src_lang"))
-                           and languages.same_language(corpus.tgt_lang, entry.get("tgt_lang"))):
-            return f"{corpus.name} languages {entry.get('src_lang')}-{entry.get('tgt_lang')} -> " \
-                   f"{corpus.src_lang}-{corpus.tgt_lang}"
-        for path, record in ((corpus.src, entry["src"]), (corpus.tgt, entry["tgt"])):
+        if corpus.weight != entry.weight:
+            return f"{corpus.name} weight {entry.weight} -> {corpus.weight}"
+        if corpus.max_pairs != entry.max_pairs:
+            return f"{corpus.name} max_pairs {entry.max_pairs} -> {corpus.max_pairs}"
+        if tagged and not (languages.same_language(corpus.src_lang, entry.src_lang)
+                           and languages.same_language(corpus.tgt_lang, entry.tgt_lang)):
+            return f"{corpus.name} languages {entry.src_lang}-{entry.tgt_lang} -> {corpus.src_lang}-{corpus.tgt_lang}"
+        for path, record in ((corpus.src, entry.src), (corpus.tgt, entry.tgt)):
             if _file_changed(path, record):
-                return f"{path}: content differs from the prepared {record['path']}"
+                return f"{path}: content differs from the prepared {record.path}"
     valid = validation_sets(config, data_dir)
-    splits = [v["split"] for v in manifest.get("valid_sets") or []] or ["valid"] * (manifest.get("valid") is not None)
-    if len(valid) != len(splits) or any(_file_changed(path, manifest[split][side]) for v, split in zip(valid, splits)
-                                        for path, side in ((v.src, "src"), (v.tgt, "tgt"))):
+    splits = [v.split for v in manifest.valid_sets or []]
+    if not splits and manifest.valid is not None:
+        splits = ["valid"]
+    if len(valid) != len(splits) or any(_file_changed(path, record) for v, split in zip(valid, splits)
+                                        for path, record in ((v.src, manifest.split(split).src),
+                                                             (v.tgt, manifest.split(split).tgt))):
         return "the validation files differ"
     return None
 
@@ -82,11 +85,11 @@ def _changed_filters(config: Config, then: dict) -> str | None:
     return None
 
 
-def _file_changed(path: Path, record: dict) -> bool:
+def _file_changed(path: Path, record: FileRecord) -> bool:
     try:
         stat = path.stat()
     except OSError:
         return True
-    if stat.st_size == record["bytes"] and stat.st_mtime_ns == record["mtime_ns"]:
+    if stat.st_size == record.bytes and stat.st_mtime_ns == record.mtime_ns:
         return False
-    return stat.st_size != record["bytes"] or shards.sha256_file(path) != record["sha256"]
+    return stat.st_size != record.bytes or sha256_file(path) != record.sha256

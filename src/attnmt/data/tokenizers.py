@@ -234,7 +234,10 @@ class WordTokenizer:
     FILE = "vocab.json"
 
     def __init__(self, words: list[str], lang: str, lowercase: bool = False, token_filter: str = "none"):
-        self.words, self.lang, self.lowercase, self.token_filter = list(words), lang, lowercase, token_filter
+        self.words = list(words)
+        self.lang = lang
+        self.lowercase = lowercase
+        self.token_filter = token_filter
         self.itos = SPECIALS + self.words
         self.stoi = {w: i for i, w in enumerate(self.itos)}
         self._word_ids = {w: i for w, i in self.stoi.items() if i >= len(SPECIALS)}  # text never spells a special

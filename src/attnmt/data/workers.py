@@ -85,12 +85,15 @@ def imap(function: Callable, calls: Iterable[tuple], workers: int, initializer: 
         stop_point()
         busy: dict[Any, int] = {}  # connection -> index of the call it computes
         done: dict[int, Any] = {}  # index -> result, until its turn
-        calls, sent, turn = iter(calls), 0, 0
+        calls = iter(calls)
+        sent = 0  # calls handed to a worker
+        turn = 0  # index of the next result to yield
         while True:
             while idle and (args := next(calls, None)) is not None:
                 conn = idle.pop()
                 conn.send(args)
-                busy[conn], sent = sent, sent + 1
+                busy[conn] = sent
+                sent += 1
             if turn in done:
                 yield done.pop(turn)
                 turn += 1

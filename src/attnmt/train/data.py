@@ -25,6 +25,7 @@ Library: torch.distributed (through ``attnmt.train.distributed``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -36,8 +37,10 @@ from attnmt import rundir
 from attnmt.config import Config
 from attnmt.data import shards
 from attnmt.data.corpus import EncodedCorpus
+from attnmt.data.manifest import MANIFEST, CorpusEntry, Manifest
 from attnmt.data.plan import GENERATOR, Buckets, Share, epoch_plan, epoch_size, sample_pairs
-from attnmt.data.prepare import names_text, prepare, training_corpora
+from attnmt.data.prepare import prepare
+from attnmt.data.sources import names_text, training_corpora
 from attnmt.data.staleness import changed_inputs
 from attnmt.data.tokenizers import Tokenizer, WordTokenizer
 from attnmt.errors import ConfigError, DataError
@@ -69,7 +72,7 @@ class CorpusData:
     tgt_tok: Tokenizer | WordTokenizer
     train: shards.ShardedCorpus
     valid_sets: list[ValidSet] = field(default_factory=list)  # one per direction of a multilingual model
-    manifest: dict = field(default_factory=dict)
+    manifest: Manifest | None = None
     directory: Path | None = None
 
 
@@ -90,13 +93,13 @@ def open_training_data(config: Config, run_dir: Path, resume: bool, data_dir: st
     if ranks.is_main:
         directory = _main_directory(config, run_dir, resume, data_dir, allow_change, progress)
         src_tok, tgt_tok = rundir.read_tokenizers(directory)
-        manifest = shards.read_manifest(directory)
-        found = (str(directory.resolve()), manifest["fingerprint"], _protos(src_tok, tgt_tok, ranks))
+        manifest = Manifest.load(directory)
+        found = (str(directory.resolve()), manifest.fingerprint, _protos(src_tok, tgt_tok, ranks))
     found = distributed.broadcast_data(found)
     if not ranks.is_main:
         directory = _rank_directory(config, found, data_dir, ranks)
         src_tok, tgt_tok = rundir.read_tokenizers(directory)
-        manifest = shards.read_manifest(directory)
+        manifest = Manifest.load(directory)
     data = _open(directory, manifest, src_tok, tgt_tok)
     check_same_data(distributed.gather_data(_what_is_read(data)))
     return data
@@ -107,7 +110,7 @@ def _main_directory(config: Config, run_dir: Path, resume: bool, data_dir: str |
     """Rank 0: the prepared directory to read, preparing ``RUN_DIR/data`` when needed."""
     if config.data.prepared is not None:
         directory = Path(config.data.prepared)
-        manifest = shards.read_manifest(directory)  # a clear error for a wrong path
+        manifest = Manifest.load(directory)  # a clear error for a wrong path
         _check_prepared_from(config, directory, manifest, data_dir)
         if config.train.init_from and not resume:
             _check_same_tokenizers(directory, manifest, Path(config.train.init_from))
@@ -116,8 +119,8 @@ def _main_directory(config: Config, run_dir: Path, resume: bool, data_dir: str |
     tokenizers, replace = None, False
     for stale in run_dir.glob(f".{RUN_DATA}.*.tmp"):  # left by a process killed while preparing
         shutil.rmtree(stale, ignore_errors=True)
-    if (directory / shards.MANIFEST).is_file():  # a resume, or a start killed before its first checkpoint
-        change = changed_inputs(config, shards.read_manifest(directory), data_dir)
+    if (directory / MANIFEST).is_file():  # a resume, or a start killed before its first checkpoint
+        change = changed_inputs(config, Manifest.load(directory), data_dir)
         if change is None:
             return directory
         if resume and not allow_change:
@@ -134,7 +137,7 @@ def _main_directory(config: Config, run_dir: Path, resume: bool, data_dir: str |
     return directory
 
 
-def _check_prepared_from(config: Config, directory: Path, manifest: dict, data_dir: str | None) -> None:
+def _check_prepared_from(config: Config, directory: Path, manifest: Manifest, data_dir: str | None) -> None:
     """``data.prepared`` beside text keys (``attnmt train CONFIG --set data.prepared=DIR`` with
     the configuration DIR was prepared with): the text files, filters and weights must be those
     of DIR's manifest (its files' sizes and modification times, else their SHA-256).
@@ -150,15 +153,15 @@ def _check_prepared_from(config: Config, directory: Path, manifest: dict, data_d
                           "prepare it again, or give data.prepared without the text keys")
 
 
-def _check_same_tokenizers(directory: Path, manifest: dict, model_dir: Path) -> None:
+def _check_same_tokenizers(directory: Path, manifest: Manifest, model_dir: Path) -> None:
     """Fine-tuning from a prepared directory: its tokenizer files must be the starting model's.
 
     Raises:
         ConfigError: they differ (or one side has files the other lacks).
     """
-    theirs = {name: shards.sha256_file(model_dir / name) for name in manifest["tokenizers"]
+    theirs = {name: shards.sha256_file(model_dir / name) for name in manifest.tokenizers
               if (model_dir / name).is_file()}
-    if theirs != manifest["tokenizers"]:
+    if theirs != manifest.tokenizers:
         raise ConfigError(f"{directory} was prepared with other tokenizers than {model_dir}'s; prepare it with "
                           f"'attnmt prepare CONFIG --output DIR --tokenizers-from {model_dir}'")
 
@@ -180,10 +183,10 @@ def _rank_directory(config: Config, found: tuple, data_dir: str | None, ranks: d
     fingerprint), else its own preparation of the text in a temporary directory."""
     path, fingerprint, protos = found
     if config.data.prepared is not None:  # a copy on this machine; check_same_data compares it with rank 0's
-        if not (Path(path) / shards.MANIFEST).is_file():
+        if not (Path(path) / MANIFEST).is_file():
             raise DataError(f"{path}: no such prepared directory on the machine of rank {ranks.rank}; copy it there")
         return Path(path)
-    if (Path(path) / shards.MANIFEST).is_file() and shards.read_manifest(path)["fingerprint"] == fingerprint:
+    if (Path(path) / MANIFEST).is_file() and Manifest.load(path).fingerprint == fingerprint:
         return Path(path)
     if protos is None:
         raise ConfigError("word-level or MarianMT vocabularies under torchrun need a prepared directory on every "
@@ -198,8 +201,8 @@ def _rank_directory(config: Config, found: tuple, data_dir: str | None, ranks: d
 
 def _what_is_read(data: CorpusData) -> dict:
     """What a process says of the training data it has opened, for :func:`check_same_data`."""
-    return {"directory": str(data.directory), "fingerprint": data.manifest["fingerprint"],
-            "shards": len(data.manifest["train"]["shards"]), "pairs": len(data.train)}
+    return {"directory": str(data.directory), "fingerprint": data.manifest.fingerprint,
+            "shards": len(data.manifest.train.shards), "pairs": len(data.train)}
 
 
 def check_same_data(found: list[dict]) -> None:
@@ -218,20 +221,22 @@ def check_same_data(found: list[dict]) -> None:
                                 f"{found[0]['directory']}")
 
 
-def _open(directory: Path, manifest: dict, src_tok, tgt_tok) -> CorpusData:
+def _open(directory: Path, manifest: Manifest, src_tok, tgt_tok) -> CorpusData:
     train = shards.ShardedCorpus(directory, "train", manifest)
     data = CorpusData(src_tok, tgt_tok, train, manifest=manifest, directory=directory)
     log.info("training data %s: %d pairs in %d shard(s) (%s tokens; dropped when prepared: %s)", directory,
-             len(train), len(manifest["train"]["shards"]), manifest["token_dtype"],
+             len(train), len(manifest.train.shards), manifest.token_dtype,
              ", ".join(f"{n} {k}" for k, n in train.dropped.items() if n) or "none")
-    sets = manifest.get("valid_sets") or [{"name": "valid", "split": "valid"}] * bool(manifest.get("valid"))
-    for entry in sets:
-        valid = shards.ShardedCorpus(directory, entry["split"], manifest)
+    named = [(v.name, v.split) for v in manifest.valid_sets or []]
+    if not named and manifest.valid is not None:
+        named = [("valid", "valid")]
+    for name, split in named:
+        valid = shards.ShardedCorpus(directory, split, manifest)
         src, tgt = valid.pairs(range(len(valid)))
         pairs = EncodedCorpus([s.tolist() for s in src], [t.tolist() for t in tgt],
                               dropped_empty=valid.dropped["empty"], dropped_long=valid.dropped["too_long"])
-        text = (directory / shards.refs_file(entry["split"])).read_text(encoding="utf-8")
-        data.valid_sets.append(ValidSet(entry["name"], pairs, text.split("\n")[:-1] if text else []))
+        text = (directory / shards.refs_file(split)).read_text(encoding="utf-8")
+        data.valid_sets.append(ValidSet(name, pairs, text.split("\n")[:-1] if text else []))
     return data
 
 
@@ -264,14 +269,15 @@ def epoch_length(config: Config, data: CorpusData, epoch: int) -> int:
                       tc.seed, epoch)
 
 
-def sampled_corpora(config: Config, data: CorpusData) -> list[dict]:
+def sampled_corpora(config: Config, data: CorpusData) -> list[CorpusEntry]:
     """The training corpora with the weights the epoch's sample uses: their ``weight`` under
     ``data.sampling_temperature`` (``attnmt.languages.temperature_weights``; T = 1: as given)."""
-    corpora, temperature = data.train.corpora, config.data.sampling_temperature
+    corpora = data.train.corpora
+    temperature = config.data.sampling_temperature
     if temperature == 1.0 or len(corpora) < 2:
         return corpora
-    weights = temperature_weights([c["pairs"] for c in corpora], [c["weight"] for c in corpora], temperature)
-    return [{**c, "weight": w} for c, w in zip(corpora, weights)]
+    weights = temperature_weights([c.pairs for c in corpora], [c.weight for c in corpora], temperature)
+    return [dataclasses.replace(c, weight=w) for c, w in zip(corpora, weights)]
 
 
 def check_epoch_sample(config: Config, data: CorpusData, world_size: int = 1) -> None:
@@ -284,7 +290,7 @@ def check_epoch_sample(config: Config, data: CorpusData, world_size: int = 1) ->
     """
     corpora = sampled_corpora(config, data)
     if sum(sample_pairs(c) for c in corpora) == 0:
-        weights = ", ".join(f"{c['name']} {c['weight']:g} x {c['pairs']} pairs" for c in corpora)
+        weights = ", ".join(f"{c.name} {c.weight:g} x {c.pairs} pairs" for c in corpora)
         tempered = " (after data.sampling_temperature)" if config.data.sampling_temperature != 1.0 else ""
         raise ConfigError(f"data.train: the weights{tempered} sample no training pair per epoch ({weights}); "
                           "raise the weight of at least one data.train entry (1 takes each pair once)")
@@ -302,8 +308,11 @@ def signature(config: Config, data: CorpusData) -> dict:
     planner's algorithm and the random stream it reads) (not the world size nor accum_steps:
     the batch order does not depend on them)."""
     tc = config.train
-    return {"fingerprint": data.manifest.get("fingerprint"),
-            "weights": [c["weight"] for c in sampled_corpora(config, data)], "train.seed": tc.seed,
+    fingerprint = None
+    if data.manifest is not None:
+        fingerprint = data.manifest.fingerprint
+    return {"fingerprint": fingerprint,
+            "weights": [c.weight for c in sampled_corpora(config, data)], "train.seed": tc.seed,
             "train.batch_tokens": None if tc.batch_sentences else tc.batch_tokens,
             "train.batch_sentences": tc.batch_sentences, "batch_plan": GENERATOR,
             "train.subword_alpha": tc.subword_alpha, "train.subword_nbest": tc.subword_nbest if tc.subword_alpha else None}
