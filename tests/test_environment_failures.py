@@ -85,46 +85,38 @@ def _translate_into_file(capsys, model: Path, tmp_path: Path, *options: str) -> 
     return rc, err
 
 
-def case_ctranslate2_translate(request, tmp_path, monkeypatch, capsys) -> None:
-    """CTranslate2's translator raises its RuntimeError (a failed allocation) while translating."""
+def _failing_ctranslate2(monkeypatch, method: str, message: str) -> None:
+    """CTranslate2's Translator, whose ``method`` raises the library's RuntimeError with ``message``;
+    every other attribute is the real translator's."""
     from attnmt.interop import ctranslate2_engine
 
-    export = request.getfixturevalue("ct2_dir")
     real = ctranslate2_engine.ctranslate2.Translator
+
+    def fail(*args, **kwargs):
+        raise RuntimeError(message)
 
     class Failing:
         def __init__(self, *args, **kwargs):
             self._real = real(*args, **kwargs)
 
         def __getattr__(self, name):
-            return getattr(self._real, name)
-
-        def translate_batch(self, *args, **kwargs):
-            raise RuntimeError("std::bad_alloc\nmore lines of the library")
+            return fail if name == method else getattr(self._real, name)
 
     monkeypatch.setattr(ctranslate2_engine.ctranslate2, "Translator", Failing)
+
+
+def case_ctranslate2_translate(request, tmp_path, monkeypatch, capsys) -> None:
+    """CTranslate2's translator raises its RuntimeError (a failed allocation) while translating."""
+    export = request.getfixturevalue("ct2_dir")
+    _failing_ctranslate2(monkeypatch, "translate_batch", "std::bad_alloc\nmore lines of the library")
     rc, err = _translate_into_file(capsys, export, tmp_path, "--engine", "ctranslate2", "--early-stopping", "true")
     assert_environment_failure(rc, err, "CTranslate2 (translate_batch) failed: std::bad_alloc", "--engine native")
 
 
 def case_ctranslate2_score(request, tmp_path, monkeypatch, capsys) -> None:
     """CTranslate2's forced decoding (score_batch, behind --scores) raises."""
-    from attnmt.interop import ctranslate2_engine
-
     export = request.getfixturevalue("ct2_dir")
-    real = ctranslate2_engine.ctranslate2.Translator
-
-    class Failing:
-        def __init__(self, *args, **kwargs):
-            self._real = real(*args, **kwargs)
-
-        def __getattr__(self, name):
-            return getattr(self._real, name)
-
-        def score_batch(self, *args, **kwargs):
-            raise RuntimeError("CUDA failed with error out of memory")
-
-    monkeypatch.setattr(ctranslate2_engine.ctranslate2, "Translator", Failing)
+    _failing_ctranslate2(monkeypatch, "score_batch", "CUDA failed with error out of memory")
     rc, err = _translate_into_file(capsys, export, tmp_path, "--engine", "ctranslate2", "--early-stopping", "true",
                                    "--scores", "--beam-size", "1")
     assert_environment_failure(rc, err, "CTranslate2 (score_batch) failed: CUDA failed")
