@@ -276,3 +276,29 @@ def live_server(app) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+def checkpoint_tensors(state, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Every tensor (and number) of a loaded checkpoint, by its path in the nested dicts and lists."""
+    out = {}
+    if isinstance(state, dict):
+        for k, v in state.items():
+            out.update(checkpoint_tensors(v, f"{prefix}/{k}"))
+    elif isinstance(state, (list, tuple)):
+        for i, v in enumerate(state):
+            out.update(checkpoint_tensors(v, f"{prefix}/{i}"))
+    elif isinstance(state, torch.Tensor):
+        out[prefix] = state
+    elif isinstance(state, (int, float)) and not isinstance(state, bool):
+        out[prefix] = torch.tensor(state)
+    return out
+
+
+def checkpoint_differences(a: Path, b: Path) -> list[str]:
+    """The entries of two ``checkpoints/last.pt`` files that differ, bit for bit (the wall-clock
+    fields aside: the elapsed time, and the log's length, which holds timings' digits)."""
+    left, right = (checkpoint_tensors(torch.load(p, map_location="cpu", weights_only=True)) for p in (a, b))
+    timing = ("elapsed_seconds", "log_bytes")
+    keys = {k for k in left.keys() | right.keys() if not any(t in k for t in timing)}
+    return sorted(k for k in keys if k not in left or k not in right or left[k].shape != right[k].shape
+                  or not torch.equal(left[k], right[k]))

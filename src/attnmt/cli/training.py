@@ -52,18 +52,21 @@ def cmd_train(args: argparse.Namespace) -> int:
     is_main = torchrun.is_main_process()  # under torchrun, rank 0 alone writes and prints
     if is_main:
         check_output_dir(args.output, "--output")
+    resume = args.resume or (args.auto_resume and is_main and Path(args.output).is_dir())
     try:
-        result = train(config, args.output, resume=args.resume, data_dir=args.data_dir,
+        result = train(config, args.output, resume=resume, data_dir=args.data_dir,
                        allow_data_change=args.allow_data_change)
     except RunExistsError as e:
-        raise CheckpointError(f"{e}; pass --resume to continue it or choose another --output") from None
+        raise CheckpointError(f"{e}; pass --resume or --auto-resume to continue it or choose another --output"
+                              ) from None
     except NonFiniteError as e:
         raise TrainingError(f"{e}: lower the learning rate (train.lr or train.lr_factor) or set train.clip_norm, "
                             "then --resume") from None
     if is_main:
         print(json_line(result.__dict__))
     if result.interrupted_by and is_main:
-        log.warning("%s: interrupted by %s; continue with --resume", args.output, result.interrupted_by)
+        log.warning("%s: interrupted by %s; continue with --resume or --auto-resume", args.output,
+                    result.interrupted_by)
     return _signal_exit(result.interrupted_by)
 
 
@@ -158,7 +161,12 @@ def add_train_parser(sub) -> None:
     p.add_argument("config", help="YAML configuration (see configs/)")
     p.add_argument("--output", required=True, help="run directory to create (the model directory)")
     add_set_option(p)
-    p.add_argument("--resume", action="store_true", help="continue the run in --output from its last checkpoint")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true", help="continue the run in --output from its last checkpoint")
+    again.add_argument("--auto-resume", action="store_true",
+                       help="continue the run in --output from its last checkpoint if --output exists (with every "
+                            "check of --resume), else start it: one command line for the first start, a rerun and "
+                            "torchrun's --max-restarts (rank 0's --output decides)")
     add_data_dir_option(p)
     add_device_option(p)
     p.add_argument("--allow-data-change", action="store_true",

@@ -103,6 +103,9 @@ class TrainConfig(Section):
                                      "pass with DistributedDataParallel (faster; each process holds a second, "
                                      "gradient-sized buffer) instead of all-reducing them after it; None: on CUDA "
                                      "only")
+    dist_timeout: float = Field(1800.0, gt=0, le=10**7, description="under torchrun: seconds a process waits for "
+                                "the others in a collective (rank 0's validations and preparation of text data "
+                                "included) before it ends with one line naming the silent peer (exit status 1)")
     max_steps: int | None = Field(None, gt=0, le=C_INT_MAX, description="stop after this many updates (None: no limit)")
     max_epochs: int | None = Field(None, gt=0, le=C_INT_MAX, description="stop after this many passes over the "
                                    "training data (None: no limit)")

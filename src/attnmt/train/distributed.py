@@ -21,10 +21,13 @@ steps would take. The trainer divides the summed loss by the target tokens of th
 so N processes x B tokens, one process x N*B tokens and one process x B tokens x N steps give
 the same update, up to the order of floating-point sums.
 
-Before training, the ranks wait for rank 0's training data (which it may spend hours
-preparing) over a second, gloo group without a practical time limit (:func:`broadcast_data`,
-:func:`gather_data`), not over the training group, whose collectives time out after
-:data:`GROUP_TIMEOUT`.
+Every collective waits at most ``train.dist_timeout`` seconds (:func:`init`) for the other
+ranks: the training group's, and the exchange of rank 0's training data before training
+(:func:`broadcast_data`, :func:`gather_data`, over a second, gloo group). So a lost network or a
+machine gone silent ends every process within that time, each with one line naming the peer
+(``attnmt.train.peers``), instead of waiting for ever. The timeout must cover rank 0's
+validations (the others wait for them) and, for a configuration that names text, rank 0's
+preparation of it (a large corpus: prepare it first with ``attnmt prepare``).
 
 The data position in a checkpoint is global (batches of the epoch consumed), so a run saved
 under N processes resumes under M. The dropout masks of every batch are drawn from a seed of
@@ -57,22 +60,17 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from attnmt.errors import library_call
+from attnmt.errors import EnvironmentFailure, library_call
+from attnmt.train import peers
 from attnmt.torchrun import Ranks, from_env  # noqa: F401 (from_env: torchrun's environment, for the trainer)
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# How long a collective waits for the other ranks: long enough for rank 0's validation (with
-# greedy BLEU), which the others wait for (PyTorch's default for NCCL is 10 minutes).
-GROUP_TIMEOUT = datetime.timedelta(minutes=60)
-# How long the ranks wait for each other's training data (broadcast_data, gather_data): rank 0
-# may be preparing the text of a large corpus for hours (and a rank on another machine its own
-# copy), so no practical limit; a process that dies is torchrun's to notice (it stops the job).
-DATA_TIMEOUT = datetime.timedelta(days=30)
-
-_data_group: Any = None  # a gloo group with DATA_TIMEOUT, beside the training group
+_data_group: Any = None  # a gloo group beside the training group, for the data exchange
+_timeout = 0.0  # train.dist_timeout of the groups, in seconds
+_addresses: list[str] = []  # every rank's network address, in rank order (attnmt.train.peers)
 
 
 def backend_for(device: torch.device) -> str:
@@ -80,29 +78,46 @@ def backend_for(device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 
 
-def init(ranks: Ranks, device: torch.device) -> None:
+def init(ranks: Ranks, device: torch.device, timeout: float) -> None:
     """Join the process group (rendezvous at torchrun's ``MASTER_ADDR:MASTER_PORT``) unless this
-    is a single process or the group exists already.
+    is a single process or the group exists already; learn every rank's address.
+
+    Args:
+        timeout: how long every collective waits for the other ranks, in seconds
+            (``train.dist_timeout``).
 
     Raises:
         EnvironmentFailure: the rendezvous failed (torch.distributed's ``DistError``, a RuntimeError).
     """
-    global _data_group
+    global _data_group, _timeout, _addresses
     if ranks.distributed and not dist.is_initialized():
+        limit = datetime.timedelta(seconds=timeout)
         with library_call("torch.distributed (joining the process group)", "start every rank with torchrun, and "
                           "check MASTER_ADDR, MASTER_PORT and the network between the machines", RuntimeError):
             dist.init_process_group(backend_for(device), rank=ranks.rank, world_size=ranks.world_size,
-                                    timeout=GROUP_TIMEOUT, device_id=device if device.type == "cuda" else None)
-            _data_group = dist.new_group(backend="gloo", timeout=DATA_TIMEOUT)
+                                    timeout=limit, device_id=device if device.type == "cuda" else None)
+            _data_group = dist.new_group(backend="gloo", timeout=limit)
+        _timeout = timeout
+        _addresses = gather_data(peers.own_address())
         log.info("rank %d of %d joined the %s process group", ranks.rank, ranks.world_size, backend_for(device))
 
 
 def shutdown() -> None:
     """Leave the process group, if this process joined one."""
-    global _data_group
+    global _data_group, _addresses
     if dist.is_initialized():
         dist.destroy_process_group()
     _data_group = None
+    _addresses = []
+
+
+def failure(error: BaseException, ranks: Ranks, checkpoint: str) -> EnvironmentFailure | None:
+    """The one-line :class:`~attnmt.errors.EnvironmentFailure` for ``error`` where it is a failed
+    collective (a peer silent for ``train.dist_timeout`` seconds, or gone), naming the peer
+    (``attnmt.train.peers``); None for any other error, or outside a process group."""
+    if not _addresses or not peers.is_collective_failure(error):
+        return None
+    return peers.failure(error, ranks.rank, _addresses, _timeout, checkpoint)
 
 
 def wrap(module: torch.nn.Module, ranks: Ranks, device: torch.device, overlap: bool | None = None
@@ -182,8 +197,8 @@ def broadcast(obj: T, device: torch.device) -> T:
 
 
 def broadcast_data(obj: T) -> T:
-    """Rank 0's ``obj`` on every rank (pickled), waiting for rank 0 as long as it takes
-    (:data:`DATA_TIMEOUT`): for what rank 0 sends once its training data is ready."""
+    """Rank 0's ``obj`` on every rank (pickled), waiting for rank 0 up to ``train.dist_timeout``:
+    for what rank 0 sends once its training data is ready."""
     if _data_group is None:
         return obj
     box: list[Any] = [obj]
@@ -192,8 +207,8 @@ def broadcast_data(obj: T) -> T:
 
 
 def gather_data(obj: T) -> list[T]:
-    """Every rank's ``obj`` (pickled), in rank order, on every rank, waiting as long as it takes
-    (:data:`DATA_TIMEOUT`): for what each rank says of the data it has opened."""
+    """Every rank's ``obj`` (pickled), in rank order, on every rank, waiting up to
+    ``train.dist_timeout``: for what each rank says of the data it has opened."""
     if _data_group is None:
         return [obj]
     found: list[Any] = [None] * dist.get_world_size()

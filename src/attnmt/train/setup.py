@@ -84,7 +84,7 @@ def set_up(config: Config, run_dir: str | Path, resume: bool = False, data_dir: 
     device = resolve_device(tc.device, ranks.local_rank if ranks.distributed else None)
     configure(device)
     compile = compiles_here(tc.compile, device)  # a broken compiler: one line before any writing
-    distributed.init(ranks, device)
+    distributed.init(ranks, device, tc.dist_timeout)
     # rank 0's saved state (None for a new run) on every rank
     saved = distributed.broadcast(check_run_dir(run_dir, config, resume) if ranks.is_main else None, device)
     if tc.num_threads:
