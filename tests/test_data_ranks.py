@@ -1,10 +1,9 @@
-"""Several processes and their training data: the ranks wait for rank 0's preparation past the
-training group's timeout, and a rank that reads other data than rank 0 stops the run in one
-line naming the rank and what differs."""
+"""Several processes and their training data: the ranks wait for rank 0's preparation up to
+``train.dist_timeout``, and past it end with one line naming rank 0; a rank that reads other data
+than rank 0 stops the run in one line naming the rank and what differs."""
 
 from __future__ import annotations
 
-import datetime
 import multiprocessing
 import os
 import socket
@@ -22,38 +21,51 @@ from attnmt.train import distributed
 from .conftest import copy_task_config
 
 
-def _wait_for_rank_0(rank: int, port: int, results) -> None:
-    """One of two gloo processes: rank 0 'prepares' for longer than the training group's
-    timeout before it sends its directory."""
+def _wait_for_rank_0(rank: int, port: int, results, preparing: float, timeout: float) -> None:
+    """One of two gloo processes: rank 0 'prepares' for ``preparing`` seconds before it sends
+    its directory; the groups' timeout is ``timeout`` seconds."""
     import torch
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    distributed.GROUP_TIMEOUT = datetime.timedelta(seconds=2)
     ranks = distributed.Ranks(rank, 2)
-    distributed.init(ranks, torch.device("cpu"))
+    distributed.init(ranks, torch.device("cpu"), timeout)
+    started = time.monotonic()
     try:
         if rank == 0:
-            time.sleep(5)
+            time.sleep(preparing)
         found = distributed.broadcast_data("the directory" if rank == 0 else None)
         results.put((rank, found, distributed.gather_data(rank * 10)))
+    except RuntimeError as e:
+        failed = distributed.failure(e, ranks, "none")
+        results.put((rank, str(failed) if failed else repr(e), round(time.monotonic() - started)))
     finally:
         distributed.shutdown()
 
 
-def test_ranks_wait_for_rank_0s_data_past_the_group_timeout():
+def _two_ranks(preparing: float, timeout: float) -> list[tuple]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    procs = [context.Process(target=_wait_for_rank_0, args=(r, port, results)) for r in (0, 1)]
+    procs = [context.Process(target=_wait_for_rank_0, args=(r, port, results, preparing, timeout)) for r in (0, 1)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(timeout=120)
     assert [p.exitcode for p in procs] == [0, 0]
-    assert sorted(results.get(timeout=5) for _ in procs) == [(0, "the directory", [0, 10]),
-                                                                (1, "the directory", [0, 10])]
+    return sorted(results.get(timeout=5) for _ in procs)
+
+
+def test_ranks_wait_for_rank_0s_data_up_to_the_timeout():
+    assert _two_ranks(2, 20) == [(0, "the directory", [0, 10]), (1, "the directory", [0, 10])]
+
+
+def test_rank_0s_data_later_than_the_timeout_ends_the_others_in_one_line():
+    found = dict((rank, rest) for rank, *rest in _two_ranks(8, 2))
+    line, seconds = found[1]
+    assert line.startswith("rank 1: no answer from rank 0 at 127.0.0.1 within train.dist_timeout (2 s)"), line
+    assert seconds < 8  # it did not wait for rank 0
 
 
 def test_a_rank_reading_other_data_stops_the_run_in_one_line(tmp_path):
