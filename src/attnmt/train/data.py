@@ -180,7 +180,8 @@ def _protos(src_tok, tgt_tok, ranks: distributed.Ranks) -> tuple | None:
 
 def _rank_directory(config: Config, found: tuple, data_dir: str | None, ranks: distributed.Ranks) -> Path:
     """A process other than rank 0: rank 0's directory if this machine sees it (the same
-    fingerprint), else its own preparation of the text in a temporary directory."""
+    fingerprint), else its own preparation of the text in the temporary directory
+    (``TMPDIR``), ``attnmt-rank{rank}-{fingerprint}/data``, kept for a restart."""
     path, fingerprint, protos = found
     if config.data.prepared is not None:  # a copy on this machine; check_same_data compares it with rank 0's
         if not (Path(path) / MANIFEST).is_file():
@@ -193,9 +194,12 @@ def _rank_directory(config: Config, found: tuple, data_dir: str | None, ranks: d
                           "machine (attnmt prepare, then data.prepared)")
     src_tok = Tokenizer(protos[0])
     tgt_tok = src_tok if protos[1] is None else Tokenizer(protos[1])
-    directory = Path(tempfile.mkdtemp(prefix=f"attnmt-rank{ranks.rank}-")) / RUN_DATA
+    # one place per rank and data, so that a restart (torchrun's --max-restarts) finds its copy
+    directory = Path(tempfile.gettempdir()) / f"attnmt-rank{ranks.rank}-{fingerprint[:16]}" / RUN_DATA
+    if (directory / MANIFEST).is_file() and Manifest.load(directory).fingerprint == fingerprint:
+        return directory
     log.warning("rank %d: %s is not on this machine; preparing a private copy in %s", ranks.rank, path, directory)
-    prepare(config, directory, (src_tok, tgt_tok), data_dir=data_dir)
+    prepare(config, directory, (src_tok, tgt_tok), data_dir=data_dir, replace=True)
     return directory
 
 

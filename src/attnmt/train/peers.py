@@ -67,6 +67,15 @@ def restarts_text(environ: Mapping[str, str] | None = None) -> str:
     return f"; torchrun restarts the workers ({used} of {most} restarts used)"
 
 
+def library_words(error: BaseException) -> str:
+    """The first sentence of the library's message, without gloo's ``[source.cc:line]`` prefix
+    (at most 120 characters)."""
+    first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    if first.startswith("[") and "] " in first:
+        first = first.split("] ", 1)[1]
+    return first.split(". ")[0][:120]
+
+
 def failure(error: BaseException, rank: int, addresses: Sequence[str], timeout: float, checkpoint: str
             ) -> EnvironmentFailure:
     """The one-line failure of a process whose collective failed (module docstring).
@@ -86,7 +95,6 @@ def failure(error: BaseException, rank: int, addresses: Sequence[str], timeout: 
         what = f"no answer from {named or 'the other ranks'} within train.dist_timeout ({timeout:g} s)"
     else:
         what = f"lost the connection to {named or 'the other ranks'}"
-    first = next((line.strip() for line in message.splitlines() if line.strip()), type(error).__name__)
-    return EnvironmentFailure(f"rank {rank}: {what} ({first[-160:]}): check that machine and the network; the last "
-                              f"checkpoint is {checkpoint}, continue with --auto-resume or --resume"
+    return EnvironmentFailure(f"rank {rank}: {what} ({library_words(error)}): check that machine and the network; "
+                              f"the last checkpoint is {checkpoint}, continue with --auto-resume or --resume"
                               f"{restarts_text()}")
