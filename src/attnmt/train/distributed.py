@@ -54,6 +54,8 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
@@ -109,6 +111,22 @@ def shutdown() -> None:
         dist.destroy_process_group()
     _data_group = None
     _addresses = []
+
+
+@contextlib.contextmanager
+def peer_failures(state: Path) -> Iterator[None]:
+    """Around a run: a failed collective (a peer silent for ``train.dist_timeout`` seconds, or
+    gone) raises the one-line :class:`~attnmt.errors.EnvironmentFailure` of :func:`failure`,
+    naming the peer and where the last checkpoint ``state`` is (on rank 0's machine)."""
+    try:
+        yield
+    except RuntimeError as e:  # torch.distributed.DistError is one
+        ranks = from_env()
+        where = (str(state) if state.is_file() else "not written yet") if ranks.is_main else "on rank 0's machine"
+        failed = failure(e, ranks, where)
+        if failed is None:
+            raise
+        raise failed from None
 
 
 def failure(error: BaseException, ranks: Ranks, checkpoint: str) -> EnvironmentFailure | None:

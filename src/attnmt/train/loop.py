@@ -386,25 +386,15 @@ def train(config: Config, run_dir: str | Path, resume: bool = False, data_dir: s
 
     Raises:
         ConfigError: the configuration has no data section (an imported model's, say).
-        Interrupted: SIGINT or SIGTERM during the setup.
-        EnvironmentFailure: under torchrun, another process went silent for ``train.dist_timeout``
-            seconds or went away (one line naming it; rank 0's last checkpoint stays as it was).
+        Interrupted: SIGINT or SIGTERM during the setup. EnvironmentFailure: ``distributed.peer_failures``.
     """
     if config.data is None:
         raise ConfigError("the configuration has no data section: nothing to train on")
     stop_point()  # a stop that the caller's work (a distillation) received but did not raise
     try:
-        with StopSignals(raising=True):
+        with StopSignals(raising=True), distributed.peer_failures(Path(run_dir) / LAST_STATE):
             with removed_if_refused(run_dir):  # a refused new run leaves no directory
                 run = TrainingRun(config, run_dir, resume, data_dir, progress, allow_data_change)
             return run.run()  # its own flag-only handlers while it trains
-    except RuntimeError as e:  # a failed collective (torch.distributed.DistError is a RuntimeError)
-        ranks = distributed.from_env()
-        state = Path(run_dir) / LAST_STATE
-        where = (str(state) if state.is_file() else "not written yet") if ranks.is_main else "on rank 0's machine"
-        failed = distributed.failure(e, ranks, where)
-        if failed is None:
-            raise
-        raise failed from None
     finally:
         distributed.shutdown()
