@@ -122,7 +122,9 @@ def peer_failures(state: Path) -> Iterator[None]:
         yield
     except RuntimeError as e:  # torch.distributed.DistError is one
         ranks = from_env()
-        where = (str(state) if state.is_file() else "not written yet") if ranks.is_main else "on rank 0's machine"
+        where = "on rank 0's machine"
+        if ranks.is_main:
+            where = str(state) if state.is_file() else "not written yet"
         failed = failure(e, ranks, where)
         if failed is None:
             raise
