@@ -96,6 +96,7 @@ def test_a_failed_collective_names_the_silent_peer(monkeypatch):
     assert line.startswith("rank 1: no answer from rank 2 at 10.0.0.2, rank 3 at 10.0.0.3 within "
                            "train.dist_timeout (20 s)")
     assert "restarts are used up (2)" in line and "\n" not in line
+    assert "--resume" not in line  # the command line adds its flags
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
     assert "(1 of 2 restarts used)" in str(peers.failure(closed, 0, addresses, 20.0, "x"))
     assert "lost the connection to rank 3 at 10.0.0.3" in str(peers.failure(closed, 0, addresses, 20.0, "x"))

@@ -17,7 +17,7 @@ from attnmt.cli.options import (add_data_dir_option, add_device_option, add_engi
                                 add_set_option, add_stopping_options, add_thread_options, check_output_dir,
                                 check_output_file, in_range, positive_int, range_help)
 from attnmt.cli.translators import engine_translator, with_stopping_options
-from attnmt.errors import AttnmtError, CheckpointError, TrainingError
+from attnmt.errors import AttnmtError, CheckpointError, EnvironmentFailure, TrainingError
 from attnmt.oneline import json_line, one_line
 from attnmt.ranges import C_INT_MAX, Range
 from attnmt.signals import StopSignals
@@ -45,6 +45,7 @@ def _signal_exit(interrupted_by: str | None) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from attnmt.config import load_config
     from attnmt.train.loop import train
+    from attnmt.train.peers import PeerLost
     from attnmt.train.setup import RunExistsError
     from attnmt.train.stop import NonFiniteError
 
@@ -59,6 +60,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     except RunExistsError as e:
         raise CheckpointError(f"{e}; pass --resume or --auto-resume to continue it or choose another --output"
                               ) from None
+    except PeerLost as e:
+        raise EnvironmentFailure(f"{e}; continue with --auto-resume or --resume") from None
     except NonFiniteError as e:
         raise TrainingError(f"{e}: lower the learning rate (train.lr or train.lr_factor) or set train.clip_norm, "
                             "then --resume") from None

@@ -62,7 +62,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from attnmt.errors import EnvironmentFailure, library_call
+from attnmt.errors import library_call
 from attnmt.train import peers
 from attnmt.torchrun import Ranks, from_env  # noqa: F401 (from_env: torchrun's environment, for the trainer)
 
@@ -131,7 +131,7 @@ def peer_failures(state: Path) -> Iterator[None]:
         raise failed from None
 
 
-def failure(error: BaseException, ranks: Ranks, checkpoint: str) -> EnvironmentFailure | None:
+def failure(error: BaseException, ranks: Ranks, checkpoint: str) -> peers.PeerLost | None:
     """The one-line :class:`~attnmt.errors.EnvironmentFailure` for ``error`` where it is a failed
     collective (a peer silent for ``train.dist_timeout`` seconds, or gone), naming the peer
     (``attnmt.train.peers``); None for any other error, or outside a process group."""

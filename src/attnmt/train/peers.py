@@ -9,7 +9,8 @@ closes; NCCL a ``torch.distributed.DistError``), :func:`failure` turns it into a
 library's message gives, else, for a timeout, the ranks on other machines than this one (the
 library does not say which one it waited for; with two machines that is the other). The line
 also says where the last checkpoint is and how many of torchrun's restarts are left
-(``TORCHELASTIC_RESTART_COUNT``, ``TORCHELASTIC_MAX_RESTARTS``).
+(``TORCHELASTIC_RESTART_COUNT``, ``TORCHELASTIC_MAX_RESTARTS``); the command line adds how to
+continue.
 
 Library: torch.distributed (the error types), the socket module (the local address).
 """
@@ -23,6 +24,11 @@ from collections.abc import Mapping, Sequence
 from attnmt.errors import EnvironmentFailure
 
 SHOWN = 4  # peers named in the line; the rest are counted
+
+
+class PeerLost(EnvironmentFailure):
+    """A collective failed: a peer went silent for ``train.dist_timeout`` seconds, or went away.
+    The message names the peer and where the last checkpoint is (the CLI adds its flags)."""
 
 
 def own_address(environ: Mapping[str, str] | None = None) -> str:
@@ -77,7 +83,7 @@ def library_words(error: BaseException) -> str:
 
 
 def failure(error: BaseException, rank: int, addresses: Sequence[str], timeout: float, checkpoint: str
-            ) -> EnvironmentFailure:
+            ) -> PeerLost:
     """The one-line failure of a process whose collective failed (module docstring).
 
     Args:
@@ -95,6 +101,5 @@ def failure(error: BaseException, rank: int, addresses: Sequence[str], timeout: 
         what = f"no answer from {named or 'the other ranks'} within train.dist_timeout ({timeout:g} s)"
     else:
         what = f"lost the connection to {named or 'the other ranks'}"
-    return EnvironmentFailure(f"rank {rank}: {what} ({library_words(error)}): check that machine and the network; "
-                              f"the last checkpoint is {checkpoint}, continue with --auto-resume or --resume"
-                              f"{restarts_text()}")
+    return PeerLost(f"rank {rank}: {what} ({library_words(error)}): check that machine and the network; the last "
+                    f"checkpoint is {checkpoint}{restarts_text()}")
