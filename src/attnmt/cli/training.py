@@ -173,8 +173,8 @@ def add_train_parser(sub) -> None:
     add_data_dir_option(p)
     add_device_option(p)
     p.add_argument("--allow-data-change", action="store_true",
-                   help="with --resume: go on although the training data, corpus weights or batching settings "
-                        "changed since the checkpoint (otherwise refused)")
+                   help="with --resume or --auto-resume: go on although the training data, corpus weights or "
+                        "batching settings changed since the checkpoint (otherwise refused)")
     p.set_defaults(func=cmd_train)
 
 
