@@ -112,7 +112,7 @@ def test_the_tutorial_page_holds_its_steps_and_figures(site):
     text = _text(site / "tutorial" / "index.html")
     assert all(f"Step {n}." in text for n in range(1, 10))
     assert "fused kernel equals the explicit formula (padding mask): True" in text  # a stored output
-    assert page.count('src="data:image/png;base64,') == 4  # the four figures, stored in the notebook
+    assert page.count('src="data:image/png;base64,') == 5  # the five figures, stored in the notebook
 
 
 def _yaml_blocks(path: Path) -> list[str]:

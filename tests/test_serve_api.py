@@ -120,7 +120,9 @@ def test_health_before_and_after_loading(translator):
         return translator
 
     with TestClient(create_app(slow_loader, ServeSettings(retry_after_s=7))) as c:
-        assert c.get("/health").json() == {"status": "loading"} and c.get("/health").status_code == 503
+        health = c.get("/health")
+        assert health.json() == {"status": "loading"} and health.status_code == 503
+        assert health.headers["retry-after"] == "7"  # every 503 carries it (AppState)
         r = c.post("/v1/translate", json={"text": "hund"})
         assert r.status_code == 503 and r.headers["retry-after"] == "7"
         assert c.get("/v1/models").status_code == 503

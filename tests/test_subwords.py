@@ -28,7 +28,7 @@ def _rows(tok: Tokenizer, texts: list[str]) -> list[np.ndarray]:
 
 
 def test_each_batch_samples_new_segmentations_of_the_same_text_and_repeats_them(unigram):
-    sampler = SubwordSampler(unigram, unigram, 0.1, -1, seed=3, target_languages=[])
+    sampler = SubwordSampler(unigram, unigram, 0.1, -1, seed=3)
     texts = SENTENCES[:40]
     rows = _rows(unigram, texts)
     first = sampler(rows, rows, epoch=0, batch=5)
@@ -46,7 +46,7 @@ def test_each_batch_samples_new_segmentations_of_the_same_text_and_repeats_them(
 def test_the_nbest_setting_limits_the_candidates(unigram):
     """nbest 2: each sentence takes one of its two best segmentations."""
     text = SENTENCES[7]
-    sampler = SubwordSampler(unigram, unigram, 0.05, 2, seed=1, target_languages=[])  # a flat P(x)^alpha
+    sampler = SubwordSampler(unigram, unigram, 0.05, 2, seed=1)  # a flat P(x)^alpha
     rows = _rows(unigram, [text])
     seen = {tuple(sampler(rows, rows, epoch=0, batch=b)[0][0].tolist()) for b in range(40)}
     best_two = {tuple(ids) for ids in unigram._text_sp.nbest_encode(text, nbest_size=2, out_type=int)}
@@ -89,7 +89,7 @@ def test_configurations_that_cannot_sample_are_refused(settings, key):
 
 
 def test_a_multilingual_model_or_another_vocabulary_is_refused(unigram):
-    with pytest.raises(ConfigError, match="without language tags"):
-        SubwordSampler(unigram, unigram, 0.1, -1, seed=1, target_languages=["en", "fr"])
+    with pytest.raises(ConfigError, match="without language tags"):  # a rule between keys: config/rules.py
+        config_from_dict({"tokenizer": {"target_languages": ["en", "fr"]}, "train": {"subword_alpha": 0.1}})
     with pytest.raises(ConfigError, match="SentencePiece tokenizers"):
-        SubwordSampler(unigram, object(), 0.1, -1, seed=1, target_languages=[])
+        SubwordSampler(unigram, object(), 0.1, -1, seed=1)

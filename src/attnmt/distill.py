@@ -34,6 +34,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from attnmt import rundir
+from attnmt.atomic import atomic_write
 from attnmt.config import Config, config_from_dict
 from attnmt.data.corpus import sha256_file
 from attnmt.data.sources import training_corpora, validation_sets
@@ -80,7 +81,7 @@ def _check_manifest(path: Path, record: dict) -> None:
             raise ConfigError(f"{path}: this run directory was distilled with {key} {before.get(key)!r}, not "
                               f"{now.get(key)!r}; use a new --output, or the same teacher and settings to resume")
         return
-    rundir.atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(record, indent=1), encoding="utf-8"))
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(record, indent=1), encoding="utf-8"))
 
 
 def distill_corpus(source: Path, translate: Callable[[list[str]], list[str]], out_dir: Path, record: dict,
@@ -126,7 +127,7 @@ def distill_corpus(source: Path, translate: Callable[[list[str]], list[str]], ou
                 if len(out) != len(chunk):
                     raise RuntimeError(f"the teacher gave {len(out)} translations for {len(chunk)} lines")
                 text = "".join(line.replace("\n", " ").replace("\r", " ") + "\n" for line in out)
-                rundir.atomic_write(parts / name, lambda tmp, text=text: Path(tmp).write_text(text, encoding="utf-8"))
+                atomic_write(parts / name, lambda tmp, text=text: Path(tmp).write_text(text, encoding="utf-8"))
                 fresh += len(chunk)
             total += len(chunk)
             bar.update(len(chunk))  # counts nothing when the bar is disabled (not a terminal)
@@ -137,7 +138,7 @@ def distill_corpus(source: Path, translate: Callable[[list[str]], list[str]], ou
             for name in names:
                 f.write((parts / name).read_text(encoding="utf-8"))
 
-    rundir.atomic_write(distilled, join)
+    atomic_write(distilled, join)
     shutil.rmtree(parts)  # the chunks, and any temporary file a killed run left half-written
     return distilled
 

@@ -43,7 +43,7 @@ import logging
 import math
 from typing import TYPE_CHECKING
 
-from attnmt.config import canonical_language
+from attnmt.config import KeyRuleError, canonical_language, language_rules
 from attnmt.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -120,6 +120,10 @@ def resolve(config: "Config") -> "Config":
     if not known:
         out = config.model_copy(deep=True)
         out.tokenizer.target_languages = sorted(targets)
+        try:  # the rules of a multilingual model, now that it is one
+            language_rules(out)
+        except KeyRuleError as e:
+            raise ConfigError(f"{e} (the training data translates into {', '.join(sorted(targets))})") from None
         return out
     unknown = sorted(t for t in targets if spelling(t, known) is None)
     if unknown:

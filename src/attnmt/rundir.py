@@ -15,7 +15,7 @@ written here only, for the exporters, the engines and the checks that tell them 
 
 Training adds its resumable state under ``RUN_DIR/checkpoints/`` (``attnmt.train.checkpoint``),
 which translation never reads. Every file is written to a temporary name in the same directory
-and renamed into place (:func:`atomic_write`), so a crash leaves the old file or the new one,
+and renamed into place (:func:`attnmt.atomic.atomic_write`), so a crash leaves the old file or the new one,
 never a torn one. Loading never executes code from a file: weights are safetensors and YAML is
 read with ``yaml.safe_load``. Loading weights refuses a config.yaml whose model section no longer
 says what they were trained as (a hand edit such as num_heads 8 -> 4 keeps every weight shape
@@ -27,19 +27,18 @@ Library: safetensors, PyYAML.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import yaml
 from safetensors import SafetensorError, safe_open
 
+from attnmt.atomic import atomic_write
 from attnmt.config import Config, ModelConfig, canonical_language, config_from_yaml
 from attnmt.data.tokenizers import Tokenizer, VocabTokenizer, WordTokenizer
-from attnmt.errors import CheckpointError, ConfigError, write_error
+from attnmt.errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:  # PyTorch is imported by the functions that build or load a model, so that the
     from torch import nn  # engines without it (CTranslate2) read config.yaml and the tokenizers here
@@ -64,78 +63,6 @@ ARCHITECTURE = "attnmt_model"
 # the pretrained vectors and freeze_embeddings act when training starts.
 INFERENCE_FREE_KEYS = frozenset({"dropout", "attention_dropout", "activation_dropout", "time_shared_dropout",
                                  "init", "src_vectors", "tgt_vectors", "freeze_embeddings"})
-
-
-def writes_in_place(path: str | Path) -> bool:
-    """Whether ``path`` names an existing device, pipe or socket (``/dev/null``, ``/dev/stdout``
-    on a pipe or a terminal, a FIFO), which :func:`atomic_write` writes in place: renaming a
-    file onto it would replace the device node (as root) or fail (in a directory such as /dev
-    that only root may write)."""
-    path = Path(path)
-    if not path.exists() or path.is_dir():
-        return False
-    target = path.resolve()
-    return not target.exists() or not target.is_file()  # /proc/self/fd/1 of a pipe resolves to 'pipe:[N]'
-
-
-def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
-    """Call ``write(tmp_path)`` for a temporary file in ``path``'s directory, fsync it, rename it
-    onto ``path`` (atomic on one filesystem) and fsync the directory, so that after a crash or a
-    full disk ``path`` holds the old content or the new, never a torn file. The temporary file is
-    removed if anything fails; the parent directory is created if needed. A symbolic link is
-    followed (the file it names is replaced, the link kept); a device, pipe or socket
-    (:func:`writes_in_place`) is written directly, ``write(path)``.
-
-    Raises:
-        WriteError: the file cannot be written (no permission, ...; :class:`attnmt.errors.DiskFull`
-            for a full disk); ``path`` is unchanged.
-    """
-    path = Path(path)
-    if writes_in_place(path):
-        try:
-            write(str(path))
-        except (OSError, RuntimeError, SafetensorError) as e:
-            reason = getattr(e, "strerror", None) or str(e).splitlines()[0]
-            raise write_error(f"{path}: cannot write: {reason}", e) from e
-        return
-    if path.is_symlink():  # replace the file a link names, never the link itself
-        path = path.resolve()
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        write(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except (OSError, RuntimeError, SafetensorError) as e:  # torch.save reports a failed write as RuntimeError
-        reason = getattr(e, "strerror", None) or str(e).splitlines()[0]
-        raise write_error(f"{path}: cannot write: {reason}{_free_space(path.parent)}", e) from e
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _free_space(directory: Path) -> str:
-    """' (N MiB free on the disk)', a hint when a write failed; '' if unknown."""
-    try:
-        return f" ({shutil.disk_usage(directory).free / 2**20:.0f} MiB free on the disk)"
-    except OSError:
-        return ""
-
-
-def fsync_dir(directory: str | Path) -> None:
-    """fsync a directory, so that a rename or a new file in it survives a crash (POSIX)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_config(config: Config, run_dir: str | Path) -> None:
@@ -265,7 +192,7 @@ def save_weights(model: nn.Module, path: str | Path, metadata: dict[str, str] | 
 
     if isinstance(model, Transformer):
         metadata = {**(metadata or {}), ARCHITECTURE: json.dumps(architecture(model.config), sort_keys=True)}
-    atomic_write(path, lambda tmp: save_model(model, tmp, metadata=metadata))
+    atomic_write(path, lambda tmp: save_model(model, tmp, metadata=metadata), failures=(SafetensorError,))
 
 
 def check_architecture(cfg: ModelConfig, path: str | Path, config_file: str | Path | None = None) -> None:

@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 
 from attnmt.model.positional import sinusoidal_table
-from attnmt.rundir import atomic_write, load_model_dir, read_config
+from attnmt.atomic import atomic_write
+from attnmt.rundir import load_model_dir, read_config
 from attnmt.train.metrics import read_log
 
 
@@ -91,7 +92,7 @@ def read_training_log(run_dir: str | Path) -> list[dict]:
 
 
 def save_figure(fig, path: str | Path) -> None:
-    """Write a figure as PNG, atomically (``attnmt.rundir.atomic_write``; WriteError if it cannot)."""
+    """Write a figure as PNG, atomically (``attnmt.atomic.atomic_write``; WriteError if it cannot)."""
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", bbox_inches="tight"))
 
 

@@ -67,7 +67,7 @@ def check_output_file(path: str | None, option: str) -> None:
     Raises:
         WriteError: its directory is missing or not writable, or ``path`` is a directory.
     """
-    from attnmt.rundir import writes_in_place
+    from attnmt.atomic import writes_in_place
 
     if path is None or path == "-":
         check_stdout(f"redirect it, or give {option} FILE")
@@ -147,7 +147,7 @@ def write_output(path: str | None, lines: list[str]) -> None:
         WriteError: standard output refused the text (``DiskFull`` where the disk is full;
             ``attnmt.errors.write_error``).
     """
-    from attnmt.rundir import atomic_write
+    from attnmt.atomic import atomic_write
 
     text = "".join(line + "\n" for line in lines)
     if path is None or path == "-":

@@ -139,7 +139,7 @@ def cmd_train_vectors(args: argparse.Namespace) -> int:
     from attnmt.data.text import iter_pairs
     from attnmt.data.tokenizers import WordTokenizer
     from attnmt.data.vectors import train_fasttext, write_vec
-    from attnmt.rundir import atomic_write
+    from attnmt.atomic import atomic_write
 
     config = load_config(args.config, args.set)
     check_output_file(args.output, "--output")

@@ -21,7 +21,7 @@ from attnmt.config.corpus import CorpusEntry, DataConfig, FilterConfig, Tokenize
 from attnmt.config.language_codes import LANGUAGE, LanguageCode, canonical_language
 from attnmt.config.loading import (SAFE_LOADER, apply_overrides, config_from_dict, config_from_yaml, key_lines,
                                    load_config)
-from attnmt.config.rules import APPLIES_ONLY_TO, KeyRuleError
+from attnmt.config.rules import APPLIES_ONLY_TO, KeyRuleError, language_rules
 from attnmt.config.schema import (DEFAULT_ALIGNMENT_LAYER, DEFAULT_ATTENTION_LAYER, DEVICE_NAME, Config, DecodeConfig,
                                   ModelConfig, TrainConfig)
 
@@ -48,5 +48,6 @@ __all__ = [
     "config_from_dict",
     "config_from_yaml",
     "key_lines",
+    "language_rules",
     "load_config",
 ]

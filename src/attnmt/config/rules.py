@@ -140,6 +140,27 @@ def _unused_keys(config: "Config") -> None:
                                f"{opt_section}.{option}")
 
 
+def language_rules(config: "Config") -> None:
+    """The rules of a multilingual model (``tokenizer.target_languages`` set, in the file or filled
+    in from the training data by ``attnmt.languages.resolve``, which checks them again then): one
+    joint SentencePiece vocabulary for every language, and no subword sampling (the tags lead
+    the sources, and a sampled segmentation would split them).
+
+    Raises:
+        KeyRuleError: naming the key to change.
+    """
+    targets = config.tokenizer.target_languages
+    if not targets:
+        return
+    if config.tokenizer.kind == "word" or not config.tokenizer.joint:
+        raise KeyRuleError("tokenizer.target_languages", "a multilingual model (tokenizer.target_languages) needs "
+                           "one SentencePiece vocabulary for all its languages: set tokenizer.kind sentencepiece and "
+                           "tokenizer.joint true")
+    if config.train.subword_alpha is not None:
+        raise KeyRuleError("train.subword_alpha", "train.subword_alpha is for a model without language tags; this "
+                           f"one translates into {', '.join(targets)}")
+
+
 def cross_section_rules(self: Config, info: ValidationInfo) -> Config:
     """:data:`APPLIES_ONLY_TO` (skipped for the saved configuration of a model directory:
     ``context={"saved": True}``), then the rules between keys of different sections."""
@@ -168,4 +189,5 @@ def cross_section_rules(self: Config, info: ValidationInfo) -> Config:
     if self.tokenizer.kind == "word" and self.tokenizer.joint:
         raise KeyRuleError("tokenizer.kind", "tokenizer.kind word builds one vocabulary per side: set "
                            "tokenizer.joint false")
+    language_rules(self)
     return self

@@ -27,6 +27,7 @@ import threading
 import urllib.error
 from pathlib import Path
 
+from attnmt.atomic import publish
 from attnmt.errors import DataError
 from attnmt.signals import StopSignals, put_off, stop_point
 
@@ -157,7 +158,7 @@ def fetch(url: str, dest: Path, sha256: str, *, progress: bool | None = None) ->
                 raise TimeoutError
             if digest != sha256:
                 raise DataError(f"{url}: SHA-256 mismatch (got {digest}, expected {sha256}); the file was not kept")
-            os.replace(tmp, dest)
+            publish(tmp, dest)  # fsynced, renamed, the directory fsynced
             tmp = None
         except urllib.error.HTTPError as e:
             raise DataError(f"cannot download {url} (HTTP {e.code} {e.reason}: the server has no such file; "

@@ -12,19 +12,18 @@ a training run, a resume and the staleness check (``attnmt.data.staleness``) loa
     valid.0, valid_sets, valid.1, ...    several validation splits and their list (ValidSet)
     fingerprint, seconds, seconds_tokenizers
 
-Library: json, tempfile and ``os.replace`` (an atomic write).
+Library: json; the write is ``attnmt.atomic.atomic_write``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnmt.errors import DataError, write_error
+from attnmt.atomic import atomic_write
+from attnmt.errors import DataError
 
 FORMAT = "attnmt-prepared-1"  # the on-disk layout of a prepared directory (attnmt.data.shards)
 MANIFEST = "manifest.json"
@@ -214,24 +213,15 @@ class Manifest:
                    d["fingerprint"], d.get("seconds"), d.get("seconds_tokenizers"), d["format"])
 
     def save(self, directory: str | Path) -> None:
-        """Write ``directory/manifest.json`` atomically (a temporary file renamed onto it).
+        """Write ``directory/manifest.json`` atomically (``attnmt.atomic.atomic_write``: a temporary
+        file, fsynced and renamed onto it).
 
         Raises:
             WriteError: it cannot be written (named).
         """
         path = Path(directory) / MANIFEST
         text = json.dumps(self.to_dict(), indent=1, ensure_ascii=False) + "\n"
-        tmp = None
-        try:
-            with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=f".{MANIFEST}.",
-                                             delete=False) as f:
-                tmp = f.name
-                f.write(text)
-            os.replace(tmp, path)
-        except OSError as e:
-            if tmp is not None and os.path.exists(tmp):
-                os.unlink(tmp)
-            raise write_error(f"{path}: cannot write: {e.strerror}", e) from None
+        atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
     @classmethod
     def load(cls, directory: str | Path) -> Manifest:

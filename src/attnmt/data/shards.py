@@ -38,6 +38,7 @@ from typing import Iterator
 
 import numpy as np
 
+from attnmt.atomic import swap_directory
 from attnmt.data.corpus import sha256_file  # noqa: F401  (re-exported: the manifest's hashes)
 from attnmt.data.manifest import Manifest
 from attnmt.errors import DataError, WriteError, write_error
@@ -135,8 +136,8 @@ def _starts(lengths: np.ndarray) -> np.ndarray:
 @contextlib.contextmanager
 def staging_dir(output: str | Path, replace: bool = False, empty_ok: bool = False) -> Iterator[Path]:
     """A temporary directory beside ``output`` that becomes ``output`` (renamed, atomic on one
-    filesystem) when the block ends without an error, and is removed otherwise (with the parent
-    directory it made). With ``replace`` an existing ``output`` is swapped out and deleted after
+    filesystem: ``attnmt.atomic.swap_directory``) when the block ends without an error, and is
+    removed otherwise (with the parent directory it made). With ``replace`` an existing ``output`` is swapped out and deleted after
     the rename; with ``empty_ok`` an empty directory ``output`` is taken as absent.
 
     Raises:
@@ -155,14 +156,8 @@ def staging_dir(output: str | Path, replace: bool = False, empty_ok: bool = Fals
     done = False
     try:
         yield tmp
-        old = None
-        if output.exists():
-            old = output.with_name(f".{output.name}.old.{os.getpid()}")
-            os.replace(output, old)
-        os.replace(tmp, output)
+        swap_directory(tmp, output)
         done = True
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
     except OSError as e:
         raise write_error(f"{output}: cannot write: {e.strerror}", e) from None
     finally:

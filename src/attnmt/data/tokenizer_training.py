@@ -19,7 +19,7 @@ from attnmt.config import Config
 from attnmt.data.corpus import sha256_file
 from attnmt.data.tokenizers import Tokenizer, VocabTokenizer, WordTokenizer
 from attnmt.data.vectors import vec_words
-from attnmt.errors import ConfigError, write_error
+from attnmt.errors import write_error
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +32,7 @@ def train_tokenizers(config: Config, src_lines: list[str], tgt_lines: list[str]
     Raises:
         DataError: no non-empty line, or SentencePiece cannot train on the text.
     """
-    tc = config.tokenizer
-    if tc.target_languages and (tc.kind == "word" or not tc.joint):
-        raise ConfigError("a multilingual model needs one SentencePiece vocabulary for all its languages: set "
-                          "tokenizer.kind sentencepiece and tokenizer.joint true")
+    tc = config.tokenizer  # a multilingual one is joint SentencePiece (attnmt.config.rules.language_rules)
     if tc.kind == "word":
         return _train_word_tokenizers(config, src_lines, tgt_lines)
     options = dict(vocab_size=tc.vocab_size, model_type=tc.model_type, character_coverage=tc.character_coverage,

@@ -90,6 +90,19 @@ def fused_attention(
     return out
 
 
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """The H heads of section 3.2.2 side by side: (B, T, H*Dh) -> (B, H, T, Dh), a view of ``x``
+    (head i is features i*Dh to (i+1)*Dh - 1 of every position). :func:`merge_heads` undoes it."""
+    b, t, _ = x.shape
+    return x.view(b, t, num_heads, -1).transpose(1, 2)  # (B, T, H*Dh) -> (B, T, H, Dh) -> (B, H, T, Dh)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """Concat(head_1, ..., head_h) of section 3.2.2: (B, H, T, Dh) -> (B, T, H*Dh), the inverse of
+    :func:`split_heads`."""
+    return x.transpose(1, 2).flatten(2)  # (B, H, T, Dh) -> (B, T, H, Dh) -> (B, T, H*Dh)
+
+
 def causal_mask(length: int, device: torch.device | None = None, offset: int = 0) -> torch.Tensor:
     """(1, 1, T, T + offset) bool mask: query i, the position offset + i, may attend to keys
     0 .. offset + i (section 3.2.3: no attention to later positions)."""
@@ -180,10 +193,6 @@ class MultiHeadAttention(nn.Module):
         self.kv_proj = nn.Linear(d_model, 2 * inner, bias=bias)
         self.out_proj = nn.Linear(inner, d_model, bias=bias)
 
-    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape
-        return x.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # (B, T, H*Dh) -> (B, H, T, Dh)
-
     def _project_kv(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K W^K and V W^V with their heads split: (Bk, H, Tk, Dh) each."""
         if key is value:  # self-attention, and source attention over the encoder output
@@ -192,7 +201,7 @@ class MultiHeadAttention(nn.Module):
             w_k, w_v = self.kv_proj.weight.chunk(2)
             b_k, b_v = self.kv_proj.bias.chunk(2) if self.kv_proj.bias is not None else (None, None)
             k, v = F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
-        return self._split_heads(k), self._split_heads(v)
+        return split_heads(k, self.num_heads), split_heads(v, self.num_heads)
 
     def _keys_values(self, key: torch.Tensor | None, value: torch.Tensor | None,
                      cache: KVCache | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -239,7 +248,7 @@ class MultiHeadAttention(nn.Module):
         if beams * k.size(0) != b:
             raise ValueError(f"{b} query rows do not split evenly over {k.size(0)} key rows")
         # The beams of a sentence attend to its source together, as K * Tq query positions.
-        q = self._split_heads(self.q_proj(query.reshape(k.size(0), beams * tq, -1)))  # (Bk, H, K*Tq, Dh)
+        q = split_heads(self.q_proj(query.reshape(k.size(0), beams * tq, -1)), self.num_heads)  # (Bk, H, K*Tq, Dh)
         tk = k.size(-2)
         if is_causal and tq == 1:
             is_causal = False  # one query at the newest position may attend to every key
@@ -254,7 +263,7 @@ class MultiHeadAttention(nn.Module):
             out = fused_attention(q, k, v, mask, self.dropout, self.training, is_causal)  # speed switch
             weights = None
         # 3) Concatenate the heads and apply W^O.
-        out = out.transpose(1, 2).reshape(b, tq, -1)  # (Bk, H, K*Tq, Dh) -> (B, Tq, H*Dh)
+        out = merge_heads(out).reshape(b, tq, -1)  # (Bk, H, K*Tq, Dh) -> (Bk, K*Tq, H*Dh) -> (B, Tq, H*Dh)
         if need_weights and beams > 1:
             weights = weights.unflatten(2, (beams, tq)).transpose(1, 2).flatten(0, 1)  # (B, H, Tq, Tk)
         return self.out_proj(out), weights if need_weights else None

@@ -112,7 +112,19 @@ class AppState:
     def unavailable(self, detail: str) -> HTTPException:
         """503 Service Unavailable with ``Retry-After: retry_after_s`` (RFC 9110, sections 15.6.4
         and 10.2.3): the model is loading, or the batcher takes no more sentences now."""
-        return HTTPException(503, detail, headers={"Retry-After": str(self.settings.retry_after_s)})
+        return HTTPException(503, detail, headers=self._retry_after())
+
+    def health(self) -> JSONResponse:
+        """``GET /health``: 200 ``{"status": "ready"}`` once the model is loaded; before, 503
+        ``{"status": "loading"}`` or ``{"status": "failed", "detail": ...}``, with
+        ``Retry-After`` as every 503 (a probe that polls keeps to it)."""
+        if self.service is not None:
+            return JSONResponse({"status": "ready"}, 200)
+        body = {"status": "failed", "detail": self.error} if self.error else {"status": "loading"}
+        return JSONResponse(body, 503, headers=self._retry_after())
+
+    def _retry_after(self) -> dict[str, str]:
+        return {"Retry-After": str(self.settings.retry_after_s)}
 
     def busy(self, error: Busy) -> HTTPException:
         """The batcher's refusal as HTTP, for ``/v1/translate``, the stream and LibreTranslate's

@@ -12,7 +12,6 @@ Library: FastAPI (routes, validation), sse-starlette (Server-Sent Events).
 from __future__ import annotations
 
 import asyncio
-import json
 from importlib import resources
 from typing import TYPE_CHECKING
 
@@ -47,12 +46,7 @@ def add_info_routes(app: FastAPI, state: AppState, name: str) -> None:
     @app.get("/health")
     async def health() -> Response:
         """200 ``{"status": "ready"}`` once the model is loaded; 503 ``loading`` or ``failed`` before."""
-        if state.service is not None:
-            return Response(json.dumps({"status": "ready"}), 200, media_type="application/json")
-        body = {"status": "loading"}
-        if state.error:
-            body = {"status": "failed", "detail": state.error}
-        return Response(json.dumps(body), 503, media_type="application/json")
+        return state.health()
 
     @app.get("/v1/models")
     async def models() -> dict:

@@ -28,7 +28,7 @@ from safetensors.torch import load_file
 from attnmt import rundir
 from attnmt.config import Config
 from attnmt.errors import CheckpointError
-from attnmt.rundir import atomic_write
+from attnmt.atomic import atomic_write
 from attnmt.train import distributed
 from attnmt.train.data import CorpusData, signature
 

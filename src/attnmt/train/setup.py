@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from attnmt import languages, rundir
+from attnmt.atomic import atomic_write
 from attnmt.config import Config
 from attnmt.data.corpus import sha256_file
 from attnmt.data.tokenizers import EOS_ID, PAD_ID
@@ -94,8 +95,7 @@ def set_up(config: Config, run_dir: str | Path, resume: bool = False, data_dir: 
     data = open_data(config, run_dir, ranks, saved, data_dir, allow_data_change, progress)
     subwords = None
     if tc.subword_alpha:
-        subwords = SubwordSampler(data.src_tok, data.tgt_tok, tc.subword_alpha, tc.subword_nbest, tc.seed,
-                                  config.tokenizer.target_languages)
+        subwords = SubwordSampler(data.src_tok, data.tgt_tok, tc.subword_alpha, tc.subword_nbest, tc.seed)
     model = Transformer(config.model, len(data.src_tok), len(data.tgt_tok), pad_id=PAD_ID)
     start_record = None
     if saved is None and tc.init_from:
@@ -181,7 +181,7 @@ def write_run_files(setup: Setup) -> None:
     write_run_tokenizers(setup.config, setup.data, setup.run_dir)
     if setup.start_record is not None:
         text = json.dumps(setup.start_record, indent=1) + "\n"
-        rundir.atomic_write(setup.run_dir / finetune.START_RECORD,
+        atomic_write(setup.run_dir / finetune.START_RECORD,
                             lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 

@@ -33,19 +33,17 @@ class SubwordSampler:
     Args:
         src_tok, tgt_tok: the run's SentencePiece tokenizers (one object when joint).
         alpha: ``train.subword_alpha``. nbest: ``train.subword_nbest``. seed: ``train.seed``.
-        target_languages: the model's (``tokenizer.target_languages``): empty for a model without tags.
     Raises:
         ConfigError: a tokenizer that is not a plain SentencePiece model (word-level, or an
-            imported model's own vocabulary), or a multilingual model (its tags lead the sources).
+            imported model's own vocabulary): a check of the files the run holds; the rules
+            between keys (no sampling for a multilingual model or word vocabularies) are
+            ``attnmt.config.rules``'.
     """
 
-    def __init__(self, src_tok, tgt_tok, alpha: float, nbest: int, seed: int, target_languages: list[str]):
+    def __init__(self, src_tok, tgt_tok, alpha: float, nbest: int, seed: int):
         if not all(type(t) is Tokenizer for t in (src_tok, tgt_tok)):
             raise ConfigError("train.subword_alpha needs attnmt's own SentencePiece tokenizers (not word-level ones "
                               "or an imported model's vocabulary)")
-        if target_languages:
-            raise ConfigError("train.subword_alpha is for a model without language tags; this one translates into "
-                              f"{', '.join(target_languages)}")
         self.src_tok = src_tok
         self.tgt_tok = tgt_tok
         self.alpha = alpha
