@@ -74,6 +74,10 @@ def prepare(args, module) -> None:
     if stores and args.dirty and not args.allow_dirty:
         raise harness.BenchError("the tree has uncommitted changes: commit them (records name a clean commit), "
                                  "or store dirty records with --allow-dirty")
+    for name in module.MODELS:  # a model a training step made: every record names the commit it was trained at
+        value = getattr(args, name, None)
+        if value is not None and (Path(value) / harness.STAMP).is_file():
+            harness.note_model(args, Path(value), reused=True)
     args.load = harness.load_per_core()  # at the run's start; every record keeps it
     busy = harness.busy_line(args.load)
     if busy:
