@@ -3,7 +3,7 @@ config templates, the prepared data, the machine.
 
 Every toolkit trains the same model on the same data (``configs/*.yaml``, filled in by
 :meth:`Setting.fill`); the peers run from their own virtual environments under the work folder
-(made by setup_peers.sh), attnmt from the repository's ``.venv``.
+(made by setup_peers.sh), attnmt in the interpreter that runs the suite.
 """
 
 from __future__ import annotations

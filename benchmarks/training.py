@@ -13,7 +13,7 @@ import shutil
 import time
 from pathlib import Path
 
-from harness import ROOT, run, train_log
+from harness import attnmt, run, train_log
 from setting import Setting, peer_venv
 
 
@@ -87,7 +87,7 @@ def train_attnmt(s: Setting, out: Path, precision: str = "fp32", updates: int | 
     seconds, peak RSS, validation perplexity."""
     cfg = s.fill("attnmt.yaml", out.parent / f"{out.name}.yaml", updates=updates, precision=precision)
     shutil.rmtree(out, ignore_errors=True)
-    p = run([str(ROOT / ".venv/bin/attnmt"), "train", str(cfg), "--output", str(out)],
+    p = run(attnmt("train", cfg, "--output", out),  # this interpreter's attnmt, whatever its virtual environment
             env=s.env, log=out.parent / f"{out.name}.log", check="raise")
     records = train_log(out)
     windows = [(r["step"], r["tgt_tokens_per_s"]) for r in records if r["kind"] == "train"]
