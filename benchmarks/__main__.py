@@ -1,4 +1,6 @@
-"""The benchmark driver: ``python -m benchmarks SUITE [--smoke] [options]`` and ``python -m benchmarks report``.
+"""The benchmark driver: ``python -m benchmarks SUITE [--smoke] [options]``, ``python -m benchmarks all`` (every
+suite and part in a fixed order, plan.py; ``--dry-run`` lists the steps and their estimated minutes) and
+``python -m benchmarks report``.
 
 Suites (``python -m benchmarks SUITE --help`` lists each one's options):
 
@@ -10,7 +12,8 @@ Suites (``python -m benchmarks SUITE --help`` lists each one's options):
 - ``quality``: presets, multilingual, distillation, the fast preset, recipes, fine-tuning, control of the output
 
 Each suite stores its figures in ``records/SUITE.jsonl``; ``report`` rebuilds RESULTS.md from them.
-A mistake in the options, the data folder or a records file is one line on stderr, exit 2.
+A mistake in the options, the data folder or a records file is one line on stderr, exit 2; so is a run that would
+store records from a tree with uncommitted changes without ``--allow-dirty``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from attnmt.errors import AttnmtError  # noqa: E402
 import harness  # noqa: E402
 import records  # noqa: E402
 import results  # noqa: E402
+import run_all  # noqa: E402
 
 # The suites, each a module suite_NAME with add_arguments(parser), run(args), PARTS (part -> the options that pick
 # it), SMOKE (option -> its value at --smoke size; a callable gets the options) and MODELS (options naming a model).
@@ -46,6 +50,9 @@ def parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         harness.add_common(s)
         module.add_arguments(s)
+    a = sub.add_parser("all", help="every suite and part in a fixed order (--dry-run: the plan)",
+                       description=run_all.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run_all.add_arguments(a)
     r = sub.add_parser("report", help="rebuild RESULTS.md from the records")
     r.add_argument("--check", action="store_true", help="exit 1 if RESULTS.md differs from the records, or two "
                    "records of one table differ only in a name")
@@ -63,6 +70,18 @@ def prepare(args, module) -> None:
     args.data = harness.resolve_data(args)
     args.machine = harness.machine()
     args.commit, args.dirty = harness.commit()
+    stores = not (args.smoke or args.no_record)
+    if stores and args.dirty and not args.allow_dirty:
+        raise harness.BenchError("the tree has uncommitted changes: commit them (records name a clean commit), "
+                                 "or store dirty records with --allow-dirty")
+    for name in module.MODELS:  # a model a training step made: every record names the commit it was trained at
+        value = getattr(args, name, None)
+        if value is not None and (Path(value) / harness.STAMP).is_file():
+            harness.note_model(args, Path(value), reused=True)
+    args.load = harness.load_per_core()  # at the run's start; every record keeps it
+    busy = harness.busy_line(args.load)
+    if busy:
+        print(busy, file=sys.stderr, flush=True)
     args.date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")  # the run's: one for all its records
     if args.smoke:
         args.work.mkdir(parents=True, exist_ok=True)
@@ -77,8 +96,12 @@ def main(argv: list[str] | None = None) -> None:
         if args.suite == "report":
             results.report(args)
             return
+        if args.suite == "all":
+            run_all.run(args)
+            return
         module = SUITES[args.suite]
-        args.command = shlex.join(["python", "-m", "benchmarks", *argv])
+        # --allow-dirty changes nothing measured (the record says dirty): left out of the command it reruns
+        args.command = shlex.join(["python", "-m", "benchmarks", *(a for a in argv if a != "--allow-dirty")])
         prepare(args, module)
         args.work.mkdir(parents=True, exist_ok=True)
         module.run(args)

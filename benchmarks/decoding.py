@@ -1,4 +1,4 @@
-"""Translation runs and their scores: attnmt, JoeyNMT, OpenNMT-py and CTranslate2 on test_2016.
+"""Translation runs and their scores: attnmt, JoeyNMT, OpenNMT-py, eole and CTranslate2 on test_2016.
 
 Every system translates raw text to raw text with beam 5; each row of the translation table
 has the decode seconds as the toolkit reports them, the whole-process seconds, sacreBLEU and
@@ -60,6 +60,21 @@ def decode_onmt(s: Setting, train_rec: dict) -> dict:
     return _decode_record("OpenNMT-py", train_rec["label"], p, decode_s, hyp, s)
 
 
+def decode_eole(s: Setting, train_rec: dict) -> dict:
+    """eole's translation of the test set with the model of ``train_rec`` (its SentencePiece transform
+    kept in the model's config; decode seconds: step 0 and the rest, as ``-report_time`` logs them)."""
+    out = s.work / "decode" / "eole"
+    hyp = out.with_suffix(".hyp")
+    p = run([str(peer_venv("eole") / "bin" / "eole"), "predict", "-model_path", train_rec["model"],
+             "-src", str(s.data / "test.de"), "-output", str(hyp), "-beam_size", "5",
+             "-batch_size", str(s.decode_batch), "-batch_type", "sents", "-length_penalty", "wu", "-alpha", "0.6",
+             "-max_length", str(MAX_OUTPUT), "-report_time"], env=s.env, log=out.with_suffix(".log"), check="raise")
+    parts = [re.search(pattern, p.output) for pattern in (r"Step 0 time \(s\): ([\d.]+)",
+                                                          r"Subsequent prediction time including all \(s\): ([\d.]+)")]
+    decode_s = sum(float(m.group(1)) for m in parts if m) if parts[1] else float("nan")
+    return _decode_record("eole", train_rec["label"], p, decode_s, hyp, s)
+
+
 def decode_ct2(s: Setting, train_rec: dict, ctype: str) -> dict:
     """The OpenNMT-py checkpoint of ``train_rec`` converted to CTranslate2 (once) translating the test
     set with ``ctype`` weights (ct2_translate.py)."""
@@ -89,7 +104,7 @@ def _rel(p: Path) -> str:
 
 def decode_jobs(s: Setting, models: dict[str, dict], train: dict[str, dict]) -> tuple[dict, set]:
     """The translations of the table, in order (name -> job), and those run in the first round only:
-    attnmt (fp32, bf16 where the CPU has bf16 kernels, int8) and OpenNMT-py with ``models``,
+    attnmt (fp32, bf16 where the CPU has bf16 kernels, int8), OpenNMT-py and eole with ``models``,
     CTranslate2 with the OpenNMT-py model, JoeyNMT with its last timed-round model (once: minutes
     long), attnmt's fully trained model if ``s.attnmt_model`` names one."""
     jobs: dict = {}
@@ -101,6 +116,8 @@ def decode_jobs(s: Setting, models: dict[str, dict], train: dict[str, dict]) -> 
         jobs["onmt"] = lambda: decode_onmt(s, models["onmt"])
         for ctype in ("float32", "int8"):
             jobs[f"ct2 {ctype}"] = lambda ctype=ctype: decode_ct2(s, models["onmt"], ctype)
+    if "eole" in models:
+        jobs["eole"] = lambda: decode_eole(s, models["eole"])
     if "joeynmt" in train:
         jobs["joeynmt"] = lambda: decode_joeynmt(s, train["joeynmt"]["last"])
     if s.attnmt_model is not None:

@@ -8,11 +8,11 @@ records, reading corpora, training and evaluating with attnmt, and ``attnmt tran
   memory of its whole process tree, sampled with psutil every 0.1 s.
 - :func:`alternate` times several jobs in rounds whose order reverses every round (A B C, then
   C B A, ...), so that a machine's drift hits every job alike, and keeps each job's fastest round.
-- :func:`machine` describes the CPU (vendor, family, model, the flags that pick PyTorch's and
-  CTranslate2's kernels, cores); every record carries it.
+- :func:`machine`, :func:`commit`, :func:`load_per_core`: the CPU, the checkout and the load (host.py).
 - :func:`record` stores one figure (records.py) in ``benchmarks/records/SUITE.jsonl``, replacing the
   record of the same key: figure, value, unit, machine, date, commit and the exact command line.
-- :func:`trained`, :func:`train_log`, :func:`evaluate`, :func:`bleu`: attnmt's training, its log,
+- :func:`trained`, :func:`train_log`, :func:`evaluate`, :func:`bleu`: attnmt's training (a model trained
+  at this clean commit from the same configuration reused, stamps.py), its log,
   ``attnmt evaluate --json`` and its scoring, each in one place; :func:`capped` stops a preset at a
   number of updates; :func:`smoke_model` is the tiny model (:data:`TINY`) of ``--smoke`` runs.
 - :class:`BenchError`: a user's mistake, one line on stderr and exit 2 (``__main__``).
@@ -36,14 +36,15 @@ from pathlib import Path
 import psutil
 from pydantic import ValidationError
 
-from records import Record, machine_label, store
+from host import BUSY, busy_line, commit, load_per_core, machine  # noqa: F401 (the suites' names)
+from records import Record, store
+from stamps import STAMP, atomic_json, note_model, reusable, stamp  # noqa: F401
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RECORDS = HERE / "records"
 WORK = HERE / "work"
 POLL_S = 0.1
-FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
 TRANSLATED = re.compile(r"translated (\d+) lines in ([\d.]+) s")
 
 
@@ -61,6 +62,8 @@ def add_common(parser) -> None:
     parser.add_argument("--work", type=Path, default=WORK, help="work folder (default benchmarks/work)")
     parser.add_argument("--records", type=Path, default=RECORDS, help="records folder (default benchmarks/records)")
     parser.add_argument("--no-record", action="store_true", help="print the records instead of storing them")
+    parser.add_argument("--allow-dirty", action="store_true", help="store records although the tree has uncommitted "
+                        "changes (each marked dirty); without it such a run is refused before it starts")
 
 
 def resolve_data(args) -> Path:
@@ -255,35 +258,18 @@ def bleu(hyp: Path, ref: Path, limit: int | None = None) -> dict:
     return corpus_scores(read_lines(hyp)[:len(refs)], refs)
 
 
-def machine() -> dict:
-    """The CPU as ``lscpu`` names it: vendor, family, model, the flags that choose kernels, cores."""
-    try:
-        info = json.loads(subprocess.run(["lscpu", "--json"], capture_output=True, text=True).stdout)
-        fields = {e["field"].rstrip(":"): e["data"] for e in info["lscpu"]}
-    except (OSError, ValueError, KeyError):
-        fields = {}
-    flags = set(fields.get("Flags", "").split())
-    desc = {"vendor": fields.get("Vendor ID", ""), "family": fields.get("CPU family", ""),
-            "model": fields.get("Model", ""), "model_name": fields.get("Model name", ""),
-            "flags": [f for f in FLAGS if f in flags], "cores": psutil.cpu_count(logical=True)}
-    desc["label"] = machine_label(desc)
-    return desc
-
-
-def commit() -> tuple[str, bool]:
-    """The checkout's full commit hash and whether its tracked files have uncommitted changes ('' outside git)."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    return git("rev-parse", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
-
-
 def record(args, section: str, figure: str, column: str, value, unit: str, **settings) -> dict:
     """Store one figure in ``--records``/SUITE.jsonl (printed instead with ``--no-record`` or ``--smoke``),
     replacing the record of the same section, figure, column and machine; ``settings`` are those not in
     the command; its date is the run's start (``args.date``). The record is validated (records.Record) first."""
+    models = getattr(args, "models", None)
+    if models:  # the trained models this run read, each reused or trained now (see trained)
+        settings = {**settings, "models": list(models.values())}
     rec = {"suite": args.suite, "section": section, "figure": figure, "column": column, "value": value, "unit": unit,
-           "machine": args.machine, "date": args.date,
+           "machine": args.machine, "date": args.date, "load": getattr(args, "load", None),
            "commit": args.commit, "dirty": args.dirty, "command": args.command, **({"settings": settings} if settings else {})}
+    if rec["load"] is None:
+        del rec["load"]
     try:
         Record.model_validate(rec)
     except ValidationError as e:
@@ -330,15 +316,24 @@ def last(logged: list[dict], kind: str, key: str | None = None):
 
 def trained(args, config: Path, run_dir: Path, *options, env: dict | None = None, torchrun: bool = False,
             fresh: bool = False) -> list[dict]:
-    """``attnmt train CONFIG OPTIONS`` into ``run_dir`` (``torchrun``: 2 processes; ``fresh``: from scratch,
-    else resumed, or left as it is when it finished): its log records (:func:`train_log`)."""
-    if fresh:
+    """``attnmt train CONFIG OPTIONS`` into ``run_dir`` (``torchrun``: 2 processes; ``fresh``: from scratch): its
+    log records (:func:`train_log`). A finished run trained from the same configuration and options at this
+    same clean commit (its stamp, :func:`stamp`) is reused as it is; an unfinished one of that stamp is
+    resumed; any other is trained again from scratch. Every record of the run names the model (:func:`note_model`)."""
+    wanted, path = stamp(args, config, options), Path(run_dir) / STAMP
+    if reusable(run_dir, wanted) and not fresh:
+        print(f"[bench] reusing {run_dir}: trained to its end from the same configuration at this commit", flush=True)
+        note_model(args, run_dir, reused=True)
+        return train_log(run_dir)
+    have = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if fresh or have != wanted or wanted["dirty"]:  # another configuration or commit, or code no commit holds
         shutil.rmtree(run_dir, ignore_errors=True)
-    done = (Path(run_dir) / "train_log.jsonl").is_file() and last(train_log(run_dir), "done") is not None
-    if not done:
-        resume = ["--resume"] if (Path(run_dir) / "checkpoints" / "last.pt").exists() else []
-        run((torchrun_cmd if torchrun else attnmt)("train", config, "--output", run_dir, "--data-dir", args.data,
-                                                   *options, *resume), env=env)
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    atomic_json(path, wanted)  # first: an interrupted run of this stamp resumes
+    resume = ["--resume"] if (Path(run_dir) / "checkpoints" / "last.pt").exists() else []
+    run((torchrun_cmd if torchrun else attnmt)("train", config, "--output", run_dir, "--data-dir", args.data,
+                                               *options, *resume), env=env)
+    note_model(args, run_dir, reused=False)
     return train_log(run_dir)
 
 

@@ -2,7 +2,8 @@
 
 A record (:class:`Record`, a pydantic model) holds its section (a ``##`` heading of RESULTS.md),
 figure (the table's row), column, ``value`` (a number, or a list of numbers) and ``unit``; the
-machine the harness described, the date and time (UTC), the full 40-hex ``commit`` of the checkout
+machine the harness described, the date and time (UTC), the load average per core when the run
+started (``load``; above 0.5 the machine was not measuring alone), the full 40-hex ``commit`` of the checkout
 (``dirty`` when its tracked files had uncommitted changes), the exact ``command`` that produced it
 and ``settings`` that are not in the command. Its key is (section, figure, column, machine label):
 a rerun of the same command on the same machine replaces the record of that key (:func:`store`).
@@ -64,6 +65,7 @@ class Record(BaseModel):
     unit: str = Field(min_length=1)
     machine: Machine
     date: str = Field(pattern=r"^\d{4}-\d\d-\d\d(T\d\d:\d\d:\d\d([+-]\d\d:\d\d|Z)?)?$")
+    load: float | None = Field(default=None, ge=0)  # 1-minute load average per core at the run's start
     commit: str = Field(pattern=r"^[0-9a-f]{40}$")
     dirty: bool = False
     command: str = Field(pattern=r"^python -m benchmarks \S")
@@ -115,8 +117,9 @@ def read(path: Path) -> list[tuple[int, Record]]:
     return out
 
 
-def load(folder: Path) -> list[Record]:
-    """Every record of ``folder``'s ``*.jsonl`` files, a later one replacing an earlier one of the same key.
+def located(folder: Path) -> list[tuple[str, Record]]:
+    """Every record of ``folder``'s ``*.jsonl`` files with its place ("FILE:LINE"), a later one replacing an
+    earlier one of the same key.
 
     Raises:
         RecordError: see :func:`read` (every file's problems together).
@@ -125,14 +128,19 @@ def load(folder: Path) -> list[Record]:
     problems = []
     for path in sorted(Path(folder).glob("*.jsonl")):
         try:
-            for _, rec in read(path):
+            for number, rec in read(path):
                 cells.pop(rec.key(), None)
-                cells[rec.key()] = rec
+                cells[rec.key()] = (f"{path}:{number}", rec)
         except RecordError as e:
             problems.append(str(e))
     if problems:
         raise RecordError("\n".join(problems))
     return list(cells.values())
+
+
+def load(folder: Path) -> list[Record]:
+    """Every record of ``folder`` (:func:`located`, without the places)."""
+    return [rec for _, rec in located(folder)]
 
 
 def store(folder: Path, rec: dict) -> None:

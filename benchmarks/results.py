@@ -3,7 +3,9 @@
 Every section of ``records/sections.json`` (its order, one-line intro, the name of its rows' column
 and the command that measures it) becomes a ``##`` heading with one table of its records (records.py):
 a row per figure, machine and command, a column per record column (its unit in the heading), then the
-machine, the date, the commit (marked "dirty" where the tree had uncommitted changes) and the command.
+machine, the date (with the load per core where it was above 0.5: the machine was not measuring alone),
+the commit (marked "dirty" where the tree had uncommitted changes) and the command. Records that could not
+be true (checks.py) and an empty records folder are refused before anything is written.
 A section without records keeps its heading and says which command measures it, so that links to it
 stay valid. ``records/notes.md`` (findings of single investigations) follows the tables.
 """
@@ -14,8 +16,9 @@ import json
 import sys
 from pathlib import Path
 
-from harness import HERE
-from records import Record, load, machine_label, renamed
+from checks import problems as impossible
+from harness import BUSY, HERE, ROOT
+from records import Record, RecordError, located, machine_label, renamed
 
 RECORDS = HERE / "records"
 RESULTS = HERE / "RESULTS.md"
@@ -50,7 +53,8 @@ def table(recs: list[Record], first: str = "figure") -> list[str]:
     rows: dict = {}
     for r in recs:
         commit = r.commit[:9] + (" (dirty)" if r.dirty else "")
-        row = rows.setdefault((r.figure, machine_label(r.machine.model_dump()), r.date[:10], commit, r.command), {})
+        date = r.date[:10] + (f" (load {r.load:.2f} per core)" if r.load is not None and r.load > BUSY else "")
+        row = rows.setdefault((r.figure, machine_label(r.machine.model_dump()), date, commit, r.command), {})
         row[r.column] = cell(r.value) + ("" if len(units[r.column]) == 1 else f" {r.unit}")
     out = [f"| {first} | " + " | ".join(heading(c, units[c]) for c in units) + " | CPU | date | commit | command |",
            "| --- | " + " | ".join("---" for _ in units) + " | --- | --- | --- | --- |"]
@@ -101,12 +105,20 @@ def render(recs: list[Record], folder: Path) -> str:
 
 def report(args) -> None:
     """Write RESULTS.md (``--output``) from ``--records`` (``--check``: exit 1 when the file differs from the records, or
-    two records of one table differ only in a name).
+    two records of one table differ only in a name). Neither writes anything from no records, nor from records
+    that could not be true (checks.py).
 
     Raises:
-        records.RecordError: a torn or invalid record (one line each, naming the file and line).
+        records.RecordError: a torn or invalid record, or one that could not be true (one line each, naming the
+            file and line); no records at all.
     """
-    recs = load(args.records)
+    places = located(args.records)
+    if not places:
+        raise RecordError(f"{args.records}: no records (*.jsonl): nothing to report")
+    bad = impossible(places, ROOT)
+    if bad:
+        raise RecordError("\n".join(bad))
+    recs = [rec for _, rec in places]
     text = render(recs, args.records)
     if args.check:
         problems = renamed(recs)

@@ -3,7 +3,7 @@ config templates, the prepared data, the machine.
 
 Every toolkit trains the same model on the same data (``configs/*.yaml``, filled in by
 :meth:`Setting.fill`); the peers run from their own virtual environments under the work folder
-(made by setup_peers.sh), attnmt from the repository's ``.venv``.
+(made by setup_peers.sh), attnmt in the interpreter that runs the suite.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from pathlib import Path
 
 from harness import HERE, read_lines, write_lines
 
-TOOLKITS = ("attnmt", "attnmt-bf16", "joeynmt", "onmt")
+TOOLKITS = ("attnmt", "attnmt-bf16", "joeynmt", "onmt", "eole")
+PEERS = ("joeynmt", "onmt", "eole")  # each from its own virtual environment (setup_peers.sh)
 MAX_OUTPUT = 100  # OpenNMT-py/CTranslate2 output cap (subwords); attnmt: 1.5 S + 10, JoeyNMT: 1.5 S
 LABEL = {"attnmt": "attnmt", "attnmt-bf16": "attnmt (bf16 autocast)", "joeynmt": "JoeyNMT 2.3.0",
-         "onmt": "OpenNMT-py 3.5.1"}
+         "onmt": "OpenNMT-py 3.5.1", "eole": "eole 0.6.4"}
 
 
 @dataclass
@@ -66,13 +67,14 @@ class Setting:
 
 def peer_venv(toolkit: str) -> Path:
     """The virtual environment setup_peers.sh makes for a peer (benchmarks/work/venv-*)."""
-    return HERE / "work" / ("venv-joeynmt" if toolkit == "joeynmt" else "venv-onmt")
+    return HERE / "work" / f"venv-{toolkit}"
 
 
 def versions() -> dict:
     """Toolkit -> {package: version} for attnmt and the peers' environments that exist."""
     out = {"attnmt": {"attnmt": importlib.metadata.version("attnmt")}}
-    for key, pkgs in (("joeynmt", ["joeynmt", "torch"]), ("onmt", ["OpenNMT-py", "ctranslate2", "torch"])):
+    for key, pkgs in (("joeynmt", ["joeynmt", "torch"]), ("onmt", ["OpenNMT-py", "ctranslate2", "torch"]),
+                      ("eole", ["eole", "torch"])):
         py = peer_venv(key) / "bin/python"
         if py.exists():
             code = "import importlib.metadata as m, json; print(json.dumps({p: m.version(p) for p in %r}))" % pkgs

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The peers' virtual environments under benchmarks/work/ (attnmt's .venv untouched); one whose
-# .ready marker exists is kept. Usage: bash benchmarks/setup_peers.sh [joeynmt] [onmt] (no argument: both)
+# .ready marker exists is kept. Usage: bash benchmarks/setup_peers.sh [joeynmt] [onmt] [eole] (no argument: all)
 #   venv-joeynmt: torch 2.13.0 (CPU) + JoeyNMT 2.3.0
 #   venv-onmt:    torch 2.13.0 (CPU) + OpenNMT-py 3.5.1 (--no-deps: it pins torch<2.3) + CTranslate2
-# torch==2.13.0 goes first: the local CPU wheel (PIP_FIND_LINKS); another version pulls GBs of CUDA.
+#   venv-eole:    torch 2.13.0 (CPU) + eole 0.6.4 (OpenNMT-py's successor; it asks torch>=2.10,<2.15)
+# torch==2.13.0 goes first: the local CPU wheel (PIP_FIND_LINKS), the same source as attnmt's; another
+# version pulls GBs of CUDA. JoeyNMT and OpenNMT-py are required (exit 1 when one fails); eole is not:
+# when it cannot be installed beside this torch, one line says why, and venv-eole/UNAVAILABLE keeps the
+# reason for the train suite (its row in RESULTS.md).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 WORK="${BENCH_WORK:-$HERE/work}"
@@ -15,6 +19,12 @@ mkdir -p "$WORK"
 pipq() {  # pip install into venv $1, quietly (drops the warnings about absent local index folders)
   local venv="$1" log; shift
   if ! log="$($NICE "$WORK/$venv/bin/pip" install -q "$@" 2>&1)"; then
+    if [[ "$venv" == venv-eole ]]; then  # optional: the reason in one line, kept for the suite
+      reason="$(echo "$log" | grep -v "is ignored: it is neither" | grep -iE "error|conflict|requires" | head -1)"
+      echo "pip install $* failed beside torch 2.13.0: ${reason:-see the pip output}" > "$WORK/$venv/UNAVAILABLE"
+      echo "[setup] eole left out: $(cat "$WORK/$venv/UNAVAILABLE")"
+      return 1
+    fi
     echo "$log" | grep -v "is ignored: it is neither" >&2
     echo "[setup] pip install failed in $venv: $*" >&2
     exit 1
@@ -22,15 +32,18 @@ pipq() {  # pip install into venv $1, quietly (drops the warnings about absent l
   echo "$log" | grep -v "is ignored: it is neither" | grep -v "^$" || true
 }
 
-for peer in ${*:-joeynmt onmt}; do
+for peer in ${*:-joeynmt onmt eole}; do
   venv="venv-$peer"
-  case "$peer" in joeynmt|onmt) ;; *) echo "[setup] unknown peer '$peer': joeynmt or onmt" >&2; exit 2 ;; esac
+  case "$peer" in joeynmt|onmt|eole) ;; *) echo "[setup] unknown peer '$peer': joeynmt, onmt or eole" >&2; exit 2 ;; esac
   if [[ -f "$WORK/$venv/.ready" ]]; then echo "[setup] $venv ready"; continue; fi
   echo "[setup] creating $WORK/$venv"
   rm -rf "${WORK:?}/$venv" && "$PY" -m venv "$WORK/$venv"
   pipq "$venv" --upgrade pip wheel
   pipq "$venv" "torch==2.13.0"
-  if [[ "$peer" == joeynmt ]]; then
+  if [[ "$peer" == eole ]]; then
+    pipq "$venv" "torch==2.13.0" "eole==0.6.4" sacrebleu || continue
+    check="import importlib.metadata as m, eole.bin.main as _; print('[setup] eole', m.version('eole'))"
+  elif [[ "$peer" == joeynmt ]]; then
     pipq "$venv" "torch==2.13.0" "joeynmt==2.3.0" importlib_metadata "sentencepiece==0.2.0" sacrebleu
     check="import importlib.metadata as m, joeynmt.training as _; print('[setup] joeynmt', m.version('joeynmt'))"
   else

@@ -7,7 +7,8 @@ BLEU on word tokens and test perplexity from ``attnmt score``).
 ``--part multilingual``: a multilingual ``--model`` on every direction among de, en, fr, cs it
 serves, BLEU / chrF on test_2016_flickr, zero-shot directions also pivoted through English.
 
-``--part distill``: a distilled ``--student`` against its ``--teacher``: test BLEU/chrF (teacher
+``--part distill``: a distilled ``--student`` against its ``--teacher`` (a student's configuration
+``.yaml`` is first distilled from the teacher into ``--runs``/NAME with ``attnmt distill``): test BLEU/chrF (teacher
 beam 5, student greedy and beam 5), whole ``attnmt translate`` processes on ``--repeat`` copies
 of test2016 natively and with the CTranslate2 engine on int8 exports (one batch on 2 threads, and
 two batches at once of one thread), alternating rounds, model sizes, the int8 web export raw and
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 
 import harness as h
@@ -305,7 +307,27 @@ def recipes(args) -> None:
             h.record(args, section, figure, prefix + "tgt tok/s", round(done["tgt_tokens_per_second"]), "tok/s")
 
 
+def distilled(args, config: Path, teacher: Path) -> Path:
+    """``attnmt distill CONFIG --teacher TEACHER`` into ``--runs``/NAME, reused when it finished with the same
+    configuration and teacher at this clean commit (harness.stamp), resumed when interrupted."""
+    run_dir = args.runs / config.stem
+    wanted = h.stamp(args, config, ["--teacher", teacher])
+    reused = h.reusable(run_dir, wanted)
+    if not reused:
+        stamp = run_dir / h.STAMP
+        if run_dir.exists() and (wanted["dirty"] or not stamp.is_file()
+                                 or json.loads(stamp.read_text(encoding="utf-8")) != wanted):
+            shutil.rmtree(run_dir)  # another configuration, teacher or commit, or uncommitted code: distil again
+        run_dir.mkdir(parents=True, exist_ok=True)
+        h.atomic_json(run_dir / h.STAMP, wanted)
+        h.run(h.attnmt("distill", config, "--teacher", teacher, "--output", run_dir, "--data-dir", args.data))
+    h.note_model(args, run_dir, reused=reused)
+    return run_dir
+
+
 def run(args) -> None:
+    if args.part == "distill" and args.student is not None and args.student.suffix == ".yaml":
+        args.student = distilled(args, args.student, model_of(args, args.teacher))
     for name in MODELS:
         setattr(args, name, model_of(args, getattr(args, name)))
     {"presets": presets, "multilingual": multilingual, "distill": distill, "fast": fast, "recipes": recipes,

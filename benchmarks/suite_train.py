@@ -1,7 +1,7 @@
 """train: attnmt and its peers in one shared setting, and the compiled training step.
 
-``--part peers`` (JoeyNMT and OpenNMT-py run from the virtual environments of
-``benchmarks/setup_peers.sh``; without them only attnmt runs):
+``--part peers`` (JoeyNMT, OpenNMT-py and eole run from the virtual environments of
+``benchmarks/setup_peers.sh``; a peer without one is left out, in one line naming why):
 
 1. The machine limit: float32 and bfloat16 2048x2048 matmul GFLOP/s (bfloat16 512x512 on a CPU
    without bfloat16 kernels, where attnmt's bf16 rows are left out).
@@ -9,7 +9,8 @@
    joint SentencePiece, 4,096-token batches, noam) for ``--updates`` updates in alternating rounds:
    its own target tokens/s (first window dropped), MFU (analytic FLOPs over the matmul rate), peak RSS.
 3. Translation of test_2016_flickr, beam 5, raw text to raw text, by models of ``--decode-updates``
-   (attnmt fp32, bf16, int8; OpenNMT-py; CTranslate2 on its model; JoeyNMT once), fastest round.
+   (attnmt fp32, bf16, int8; OpenNMT-py; CTranslate2 on its model; eole: BLEU at equal updates;
+   JoeyNMT once, its model of ``--updates``), fastest round.
 
 ``--part compile``: the de-en preset eager, then compiled (``train.compile``), ``--steps`` updates
 each at a constant rate per ``--precisions``: last window's tokens/s, MFU, the final validation
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import harness as h
 from decoding import decode_jobs, fastest_rounds
-from setting import LABEL, TOOLKITS, Setting, peer_venv, prepare_data, versions
+from setting import LABEL, PEERS, TOOLKITS, Setting, peer_venv, prepare_data, versions
 from training import model_flops_per_target_token, timed_rounds, train_decode_models
 
 PARTS = {"peers": ["--part", "peers"], "compile": ["--part", "compile"], "ddp": ["--part", "ddp"]}
@@ -64,8 +65,12 @@ def setting(args) -> Setting:
 
     work = (args.work / "suite").resolve()
     toolkits = [t for t in args.toolkits.split(",") if t]
-    for tk in [t for t in toolkits if t in ("joeynmt", "onmt")]:
-        if not (peer_venv(tk) / "bin/python").exists():
+    for tk in [t for t in toolkits if t in PEERS]:
+        unavailable = peer_venv(tk) / "UNAVAILABLE"  # setup_peers.sh could not install it: its reason
+        if unavailable.is_file():
+            print(f"[bench] {LABEL[tk]} left out: {unavailable.read_text(encoding='utf-8').strip()}", flush=True)
+            toolkits.remove(tk)
+        elif not (peer_venv(tk) / ".ready").exists():
             print(f"[bench] {LABEL[tk]} left out: {peer_venv(tk)} is missing "
                   "(make it with bash benchmarks/setup_peers.sh)", flush=True)
             toolkits.remove(tk)
@@ -111,7 +116,8 @@ def peers(args) -> None:
             h.record(args, "Training throughput, benchmark setting", f"{LABEL[tk.replace('-bf16', '')]}, {precision}",
                      column, value, unit, round_rates=agg["round_rates"], versions=versions())
     if s.decode:
-        models = {tk: {**train[tk]["last"], "label": f"{s.updates} updates"} for tk in ("attnmt", "onmt") if tk in train}
+        models = {tk: {**train[tk]["last"], "label": f"{s.updates} updates"} for tk in ("attnmt", "onmt", "eole")
+                  if tk in train}
         if s.decode_updates:
             models.update({tk: {**r, "label": f"{s.decode_updates} updates"} for tk, r in train_decode_models(s).items()})
         for rec in fastest_rounds(s, *decode_jobs(s, models, train), failures):

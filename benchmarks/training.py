@@ -1,4 +1,4 @@
-"""Training runs and their throughput: attnmt, JoeyNMT and OpenNMT-py on the shared setting.
+"""Training runs and their throughput: attnmt, JoeyNMT, OpenNMT-py and eole on the shared setting.
 
 Each toolkit logs its own count of non-padding target tokens per second every ``log_every``
 updates; :func:`combine_windows` drops the first window (warm-up) and combines the rest. The
@@ -13,7 +13,7 @@ import shutil
 import time
 from pathlib import Path
 
-from harness import ROOT, run, train_log
+from harness import attnmt, run, train_log
 from setting import Setting, peer_venv
 
 
@@ -87,7 +87,7 @@ def train_attnmt(s: Setting, out: Path, precision: str = "fp32", updates: int | 
     seconds, peak RSS, validation perplexity."""
     cfg = s.fill("attnmt.yaml", out.parent / f"{out.name}.yaml", updates=updates, precision=precision)
     shutil.rmtree(out, ignore_errors=True)
-    p = run([str(ROOT / ".venv/bin/attnmt"), "train", str(cfg), "--output", str(out)],
+    p = run(attnmt("train", cfg, "--output", out),  # this interpreter's attnmt, whatever its virtual environment
             env=s.env, log=out.parent / f"{out.name}.log", check="raise")
     records = train_log(out)
     windows = [(r["step"], r["tgt_tokens_per_s"]) for r in records if r["kind"] == "train"]
@@ -131,12 +131,27 @@ def train_onmt(s: Setting, out: Path, updates: int | None = None) -> dict:
             "model": str(ckpts[-1])}
 
 
+def train_eole(s: Setting, out: Path, updates: int | None = None) -> dict:
+    """eole training in the shared setting into ``out`` (windows from its log, the same "Step N/M; ...
+    SRC/TGT tok/s" line as OpenNMT-py's; the model is the folder ``out``, which eole links to its last step)."""
+    shutil.rmtree(out, ignore_errors=True)
+    cfg = s.fill("eole.yaml", out.parent / f"{out.name}.yaml", updates=updates, model_dir=out)
+    p = run([str(peer_venv("eole") / "bin" / "eole"), "train", "-config", str(cfg)], env=s.env,
+            log=out.parent / f"{out.name}.log", check="raise")
+    windows = [(int(m.group(1)), float(m.group(3)))
+               for m in re.finditer(r"Step\s+(\d+)/\s*\d+;.*?([\d.]+)/\s*([\d.]+) tok/s", p.output)]
+    if not (out / "config.json").exists():
+        raise RuntimeError(f"eole wrote no model in {out}")
+    return {"windows": windows, "rate": combine_windows(windows, s.log_every), "process_s": p.seconds,
+            "peak_rss": p.peak_rss, "updates": max((w[0] for w in windows), default=0), "model": str(out)}
+
+
 def train_one(s: Setting, toolkit: str, rnd: int) -> dict:
     """One timed training run of ``toolkit`` (a key of setting.LABEL) in round ``rnd`` (from 0)."""
     out = s.runs / f"{toolkit}-r{rnd + 1}"
     if toolkit.startswith("attnmt"):
         return train_attnmt(s, out, precision="bf16" if toolkit == "attnmt-bf16" else "fp32")
-    return (train_joeynmt if toolkit == "joeynmt" else train_onmt)(s, out)
+    return {"joeynmt": train_joeynmt, "onmt": train_onmt, "eole": train_eole}[toolkit](s, out)
 
 
 def timed_rounds(s: Setting, failures: list[str]) -> dict[str, dict]:
@@ -168,13 +183,15 @@ def timed_rounds(s: Setting, failures: list[str]) -> dict[str, dict]:
 
 
 def train_decode_models(s: Setting) -> dict:
-    """The models the translation table compares: attnmt (bf16 autocast, its fast training mode,
-    where the CPU has bf16 kernels; else float32) and OpenNMT-py (float32), each trained for
-    ``--decode-updates`` updates in the shared setting."""
+    """The models the translation table compares at equal updates: attnmt (bf16 autocast, its fast
+    training mode, where the CPU has bf16 kernels; else float32), OpenNMT-py and eole (float32),
+    each trained for ``--decode-updates`` updates in the shared setting."""
     out = {}
     print(f"[bench] training the translation models: {s.decode_updates} updates each (not timed)", flush=True)
     out["attnmt"] = train_attnmt(s, s.runs / "attnmt-decode-model", precision="bf16" if s.bf16 else "fp32",
                                  updates=s.decode_updates)
     if "onmt" in s.toolkits:
         out["onmt"] = train_onmt(s, s.runs / "onmt-decode-model", updates=s.decode_updates)
+    if "eole" in s.toolkits:
+        out["eole"] = train_eole(s, s.runs / "eole-decode-model", updates=s.decode_updates)
     return out
