@@ -1,14 +1,14 @@
 """HTML: block elements are segments, inline elements spans placed by word alignment.
 
 Parsed by BeautifulSoup with Python's ``html.parser`` (which keeps the document as written:
-no ``<html>``/``<body>`` added, attributes in their order). Each run of text and inline
+no ``<html>``/``<body>`` added). Each run of text and inline
 elements (:data:`INLINE`) between block boundaries is one segment; an inline element with
 text is a span over its words, placed over their translation (``attnmt.documents.placement``);
 one without text (``<br>``, ``<img>``) or whose content is kept as it is (``<code>``) is a
 point that moves with the word before it. ``script``, ``style``, ``pre``, ``code``,
 ``textarea`` and ``template`` are left alone, as are comments and attribute values, except
 ``title`` and ``alt``, which are translated. The output is BeautifulSoup's serialisation:
-every element and attribute kept, entities written as characters (``&amp;``, ``&lt;``,
+every element and attribute kept in its order, entities written as characters (``&amp;``, ``&lt;``,
 ``&gt;`` escaped).
 """
 
@@ -59,7 +59,19 @@ def translate(text: str, backend: Backend, lang: str | None) -> str:
     done = translate_segments(segments, backend, lang)
     for fill, translated in zip(apply, done):  # attributes first: the runs' tags are written after
         fill(translated)
-    return str(soup)
+    return soup.decode(formatter=_in_order())
+
+
+def _in_order():
+    """BeautifulSoup's 'minimal' formatter (``&amp;``, ``&lt;``, ``&gt;`` escaped) with the
+    attributes in the document's order (its default sorts them)."""
+    from bs4.formatter import HTMLFormatter
+
+    class InOrder(HTMLFormatter):
+        def attributes(self, tag):
+            return list(tag.attrs.items())
+
+    return InOrder(entity_substitution=HTMLFormatter.REGISTRY["minimal"].entity_substitution)
 
 
 def _attributes(soup, segments: list[Segment], apply: list) -> None:
@@ -120,12 +132,12 @@ def _replacer(nodes: list, elements: list) -> Callable[[Translated], None]:
         opens, closes = [], []
         for el in elements:
             if el.name in UNTOUCHED or not el.contents:
-                opens.append(str(el))
+                opens.append(el.decode(formatter=_in_order()))
                 closes.append("")
             else:
                 shell = copy.copy(el)
                 shell.clear()
-                written = str(shell)
+                written = shell.decode(formatter=_in_order())
                 cut = written.rindex("</")
                 opens.append(written[:cut])
                 closes.append(written[cut:])

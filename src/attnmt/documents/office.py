@@ -4,7 +4,8 @@ Read and written by python-docx. Every paragraph of the body, of tables (nested 
 included) and of the sections' headers and footers is one segment; its runs (those inside
 hyperlinks included) partition its text and are spans, placed over the translation by the word
 alignments (``attnmt.documents.placement``). Each run keeps its formatting (its ``w:rPr``)
-and gets the translated words placed in it; a word no run claims goes to the run before it.
+and gets the translated words placed in it; a word no run claims goes to the run before it, a space to the run
+after it unless the run before ended with one in the source.
 Where the translation puts the runs' words in another order and the runs are plain children of
 their paragraph, the runs are moved into that order. Paragraph properties, styles, tables,
 images, fields and every other part of the package are written back as they were.
@@ -82,12 +83,18 @@ def _runs(paragraph) -> list:
 
 def _fill(paragraph, runs: list, translated: Translated) -> None:
     """Put each run's share of the translation in it (module docstring)."""
-    owner, text = [], translated.text
-    current = 0
+    text = translated.text
+    owner: list[int | None] = []
     for pos in range(len(text)):
         inside = [k for k, (a, b) in enumerate(translated.spans) if a <= pos < b]
-        current = inside[-1] if inside else current
-        owner.append(current)
+        owner.append(inside[-1] if inside else None)
+    for pos in range(len(text)):  # a space stays with the run it ended in the source, else goes to the next
+        if owner[pos] is None:
+            after = next((k for k in owner[pos:] if k is not None), None)
+            before = next((k for k in reversed(owner[:pos]) if k is not None), None)
+            trailing = before is not None and runs[before].text[-1:].isspace()
+            first, second = (after, before) if text[pos].isspace() and not trailing else (before, after)
+            owner[pos] = first if first is not None else second if second is not None else 0
     pieces = {k: "" for k in range(len(runs))}
     order: list[int] = []
     for pos, k in enumerate(owner):
