@@ -10,13 +10,13 @@ given (``--data-dir`` or ``ATTNMT_DATA``): that directory holds a ``multi30k/`` 
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnmt import environment
 from attnmt.errors import DataError
 
-DATA_ENV = "ATTNMT_DATA"
+DATA_ENV = environment.DATA.name
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def sha256_file(path: str | Path) -> str:
 def base_url(spec: DatasetSpec) -> str:
     """The base URL of a dataset's files: ``$<spec.url_env>`` (a mirror, with or without its
     final slash) where set, else the upstream ``spec.url``."""
-    mirror = os.environ.get(spec.url_env, "").strip() if spec.url_env else ""
+    mirror = environment.url(environment.VARIABLES[spec.url_env]) if spec.url_env else None
     if not mirror:
         return spec.url
     return mirror if mirror.endswith("/") else mirror + "/"
@@ -85,7 +85,7 @@ def base_url(spec: DatasetSpec) -> str:
 def cache_dir(name: str) -> Path:
     """Where downloaded files of dataset ``name`` are kept: ``$XDG_CACHE_HOME/attnmt/<name>/``,
     else ``~/.cache/attnmt/<name>/``."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attnmt" / name
+    return Path(environment.path(environment.XDG_CACHE_HOME) or Path.home() / ".cache") / "attnmt" / name
 
 
 def dataset_file(name: str, split: str, lang: str, data_dir: str | Path | None = None) -> Path:
@@ -109,7 +109,7 @@ def dataset_file(name: str, split: str, lang: str, data_dir: str | Path | None =
     if lang not in langs:
         raise DataError(f"dataset {name!r} has no language {lang!r}; known: {', '.join(sorted(langs))}")
     filename = spec.filename(split, lang)
-    root = data_dir if data_dir is not None else os.environ.get(DATA_ENV)
+    root = data_dir if data_dir is not None else environment.path(environment.DATA)
     if root:
         root = Path(root)
         for candidate in (root / name / filename, root / filename):

@@ -27,12 +27,13 @@ import threading
 import urllib.error
 from pathlib import Path
 
+from attnmt import environment
 from attnmt.errors import DataError
 from attnmt.signals import StopSignals, put_off, stop_point
 
 log = logging.getLogger(__name__)
 
-TIMEOUT_ENV = "ATTNMT_DOWNLOAD_TIMEOUT"
+TIMEOUT_ENV = environment.DOWNLOAD_TIMEOUT.name
 # Seconds a whole file may take: Multi30k's largest file (640 KB) at 2 KB/s; a stalled or trickling
 # server is given up after it.
 DEFAULT_TIMEOUT = 300.0
@@ -46,18 +47,9 @@ def download_timeout() -> float:
     """The whole-file deadline in seconds: ``$ATTNMT_DOWNLOAD_TIMEOUT``, else :data:`DEFAULT_TIMEOUT`.
 
     Raises:
-        DataError: the variable is not a positive finite number.
+        ConfigError: the variable is not a number of :data:`attnmt.ranges.DOWNLOAD_SECONDS`.
     """
-    text = os.environ.get(TIMEOUT_ENV, "").strip()
-    if not text:
-        return DEFAULT_TIMEOUT
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = float("nan")
-    if not 0 < seconds < float("inf"):
-        raise DataError(f"{TIMEOUT_ENV}={text!r}: expected a number of seconds above 0")
-    return seconds
+    return environment.number(environment.DOWNLOAD_TIMEOUT, DEFAULT_TIMEOUT)
 
 
 class _Sockets:

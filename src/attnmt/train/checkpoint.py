@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 from safetensors.torch import load_file
 
-from attnmt import rundir
+from attnmt import environment, rundir
 from attnmt.config import Config
 from attnmt.errors import CheckpointError
 from attnmt.rundir import atomic_write
 from attnmt.train import distributed
 from attnmt.train.data import CorpusData, signature
+from attnmt.train.trainer import Progress
 
 if TYPE_CHECKING:
     from attnmt.train.trainer import Trainer
@@ -51,15 +52,25 @@ def load_state(path: str | Path) -> dict[str, Any]:
     """Load a training state with ``weights_only=True`` (no code execution).
 
     Raises:
-        CheckpointError: missing or unreadable file.
+        CheckpointError: missing or unreadable file, or a recorded number (the progress, the
+            processes it was saved under) outside its range.
     """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no training state to resume from")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises several types for corrupt files
         raise CheckpointError(f"{path}: unreadable training state: {e}") from None
+    try:
+        if not isinstance(state, dict):
+            raise ValueError("not a training state")
+        Progress.from_dict(state.get("progress"), "")
+        if "world_size" in state:
+            environment.WORLD_SIZE.range.check(state["world_size"], "world_size")
+    except ValueError as e:
+        raise CheckpointError(f"{path}: {e}; resume from another copy or train anew") from None
+    return state
 
 
 def step_checkpoints(run_dir: Path) -> list[Path]:
