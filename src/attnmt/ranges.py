@@ -125,6 +125,13 @@ THREADS = Range(1, C_INT_MAX, integer=True)
 WIDTH = Range(1, 2**16, integer=True)
 # positions a model (or a drawing of positional encodings) covers, in tokens
 POSITIONS = Range(1, 2**20, integer=True)
+# attention heads, and encoder or decoder layers
+HEADS = Range(1, 1024, integer=True)
+LAYERS = Range(1, 1024, integer=True)
+# pieces of a vocabulary (tokenizer.vocab_size, an imported model's vocab_size)
+VOCABULARY = Range(1, 2**20, integer=True)
+# a probability (a dropout rate, an imported model's)
+PROBABILITY = Range(0.0, 1.0)
 
 
 # ---- booleans are not numbers -----------------------------------------------------------------------
