@@ -52,7 +52,11 @@ class Range:
     def describe(self) -> str:
         """The range in words, as error messages and the documentation give it, e.g. 'a whole
         number from 1 to 2147483647' or 'a finite number above 0 and at most 100'."""
-        kind = "a whole number" if self.integer else "a number (inf included)" if self.infinite else "a finite number"
+        kind = "a finite number"
+        if self.integer:
+            kind = "a whole number"
+        elif self.infinite:
+            kind = "a number (inf included)"
         if self.low_open:
             return f"{kind} above {number_text(self.low)} and at most {number_text(self.high)}"
         return f"{kind} from {number_text(self.low)} to {number_text(self.high)}"

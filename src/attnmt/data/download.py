@@ -28,6 +28,7 @@ import urllib.error
 from pathlib import Path
 
 from attnmt import environment
+from attnmt.config.language_codes import canonical_pair, known_as, one_spelling_each
 from attnmt.errors import DataError
 from attnmt.signals import StopSignals, put_off, stop_point
 
@@ -211,16 +212,24 @@ def download_dataset(name: str, pairs: list[str] | None = None, data_dir: str | 
         DataError: an unknown dataset or pair (the message names those it has), or see :func:`fetch`.
         Interrupted: SIGINT or SIGTERM (no ``.part`` file is left).
     """
-    from attnmt.data.corpus import DATASETS, base_url, cache_dir, sha256_file
+    from attnmt.data.corpus import base_url, cache_dir, dataset_spec, sha256_file
 
-    spec = DATASETS.get(name)
-    if spec is None:
-        raise DataError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
+    spec = dataset_spec(name)
+    try:
+        one_spelling_each(pairs or [], "--pairs", canonical_pair)
+    except ValueError as e:
+        raise DataError(str(e)) from None
+    chosen = []
     for pair in pairs or []:
-        if pair not in spec.pairs:
-            raise DataError(f"dataset {name} has no pair {pair!r}; it has {', '.join(spec.pairs)}")
-    languages = dict.fromkeys(lang for pair in (pairs or spec.pairs) for lang in pair.split("-"))
-    folder = Path(data_dir) / name if data_dir is not None else cache_dir(name)
+        known = known_as(pair, spec.pairs, canonical_pair)
+        if known is None:
+            raise DataError(f"dataset {spec.name} has no pair {pair!r}; it has {', '.join(spec.pairs)}")
+        if known in chosen:
+            raise DataError(f"--pairs names {pair!r} twice: give it once")
+        chosen.append(known)
+    languages = dict.fromkeys(lang for pair in (chosen or spec.pairs) for lang in pair.split("-"))
+    download_timeout(), base_url(spec)  # the environment's settings checked before any file is touched
+    folder = Path(data_dir) / spec.name if data_dir is not None else cache_dir(spec.name)
     files = []
     for split in spec.splits:
         for lang in languages:

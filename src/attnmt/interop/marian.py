@@ -40,7 +40,8 @@ import torch
 from pydantic import ValidationError
 
 from attnmt import ranges, rundir
-from attnmt.config import LANGUAGE, Config, DecodeConfig, ModelConfig, TokenizerConfig
+from attnmt.config import (LANGUAGE, Config, DecodeConfig, ModelConfig, TokenizerConfig, canonical_language,
+                           known_as)
 from attnmt.data.shards import staging_dir
 from attnmt.data.tokenizers import EOS_ID, PAD_ID, UNK_ID, VocabTokenizer
 from attnmt.errors import CheckpointError
@@ -143,7 +144,13 @@ def target_languages(pieces: list[str]) -> list[str]:
     if skipped:
         log.warning("left out %d target-language tokens whose codes are not language codes: %s", len(skipped),
                     " ".join(OPUS_TAG.format(code) for code in skipped[:5]))
-    return sorted(set(tagged) - set(skipped))
+    codes = sorted(set(tagged) - set(skipped))
+    kept = [code for code in codes
+            if canonical_language(code) == code or known_as(code, codes, canonical_language) == code]
+    if len(kept) < len(codes):  # >>pt_br<< beside >>pt_BR<<: one language, asked for by its canonical tag
+        log.warning("left out target-language tokens that spell a code kept in another case: %s",
+                    " ".join(OPUS_TAG.format(code) for code in sorted(set(codes) - set(kept))))
+    return kept
 
 
 def model_config(hf: MarianConfig, order: list[int]) -> ModelConfig:
