@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from attnmt.config.language_codes import canonical_name
+from attnmt.names import canonical_name
 
 
 def cmd_download(args: argparse.Namespace) -> int:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 
 from attnmt.cli.options import check_output_dir
-from attnmt.config.language_codes import canonical_name
 from attnmt.errors import AttnmtError
+from attnmt.names import canonical_name
 
 
 def cmd_import(args: argparse.Namespace) -> int:

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from attnmt import ranges
-from attnmt.config.language_codes import canonical_name
 from attnmt.errors import AttnmtError, WriteError, write_error
+from attnmt.names import canonical_name
 from attnmt.ranges import C_INT_MAX, Range
 
 
@@ -197,7 +197,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", type=canonical_name, choices=["fp32", "bf16", "int8"],
                    help="inference precision: fp32, bf16, or int8 (dynamic quantisation); default from the model's "
                         "config")
-    p.add_argument("--attention", choices=["explicit", "fused"],
+    p.add_argument("--attention", type=canonical_name, choices=["explicit", "fused"],
                    help="attention kernel: the explicit formula or PyTorch's fused one; default from the model's "
                         "config")
     add_thread_options(p)

@@ -1,7 +1,7 @@
 """Codes and names as a configuration reads them: a language code's field type, checked against
-:data:`attnmt.names.LANGUAGE` and written as :func:`attnmt.names.canonical_language` spells it,
-and a name key's validator (:data:`NAME_SPELLING`). The spellings themselves are
-:mod:`attnmt.names`', re-exported here for the configuration's users.
+:data:`attnmt.names.LANGUAGE` and written as :func:`attnmt.names.canonical_language` spells it;
+the spellings themselves are :mod:`attnmt.names`', re-exported here for the configuration's users
+(a key taking one of several names is spelled by ``attnmt.config.section.Section``).
 
 Library: pydantic (the ``LanguageCode`` field type).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic import AfterValidator, Field
 
 from attnmt.names import (LANGUAGE, canonical_language, canonical_name, canonical_pair, known_as,  # noqa: F401
                           one_spelling_each)
@@ -18,6 +18,3 @@ from attnmt.names import (LANGUAGE, canonical_language, canonical_name, canonica
 # a language code as read from a configuration: checked against LANGUAGE, written canonically
 LanguageCode = Annotated[str, Field(pattern=LANGUAGE), AfterValidator(canonical_language)]
 
-
-# a configuration key holding a name (a precision): given in any case, read as canonical_name spells it
-NAME_SPELLING = BeforeValidator(lambda value: canonical_name(value) if isinstance(value, str) else value)

@@ -16,7 +16,6 @@ from pydantic import Field, model_validator
 
 from attnmt import ranges
 from attnmt.config.corpus import DataConfig, TokenizerConfig
-from attnmt.config.language_codes import NAME_SPELLING
 from attnmt.config.rules import cross_section_rules, model_section_rules
 from attnmt.config.section import Section
 from attnmt.ranges import C_INT_MAX
@@ -164,7 +163,7 @@ class TrainConfig(Section):
                                     "0: constant p")
     clip_norm: float | None = Field(1.0, gt=0, le=1e6, description="clip the gradient's global L2 norm to this (None: "
                                                                    "no clipping, as in the paper)")
-    precision: Annotated[Literal["fp32", "bf16", "fp16"], NAME_SPELLING] = Field(
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
         "fp32", description="fp32; bf16 autocast (CPUs with fast bfloat16, CUDA); fp16 autocast with loss scaling "
         "(CUDA only, fp32 elsewhere); the paper trained in float32")
     device: str = Field("auto", pattern=DEVICE_NAME, description="auto (CUDA, then MPS, then CPU), cpu, cuda, "
@@ -230,7 +229,7 @@ class DecodeConfig(Section):
     patience: float = Field(1.0, **ranges.PATIENCE.bounds(), description="with early_stopping: wait for "
                             "round(beam_size x patience) finished hypotheses (Kasai et al., 2022)")
     batch_size: int = Field(128, **ranges.BATCH_SIZE.bounds(), description="sentences per search batch")
-    precision: Annotated[Literal["fp32", "bf16", "int8"], NAME_SPELLING] = Field(
+    precision: Literal["fp32", "bf16", "int8"] = Field(
         "fp32", description="inference precision: float32, bfloat16, or int8 (linear layers dynamically quantised "
         "to int8, CPU only)")
     device: str = Field("auto", pattern=DEVICE_NAME, description="auto (CUDA, then MPS, then CPU), cpu, cuda, "
