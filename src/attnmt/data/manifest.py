@@ -30,8 +30,9 @@ from attnmt.errors import DataError, write_error
 FORMAT = "attnmt-prepared-1"  # the on-disk layout of a prepared directory (attnmt.data.shards)
 MANIFEST = "manifest.json"
 TOKEN_DTYPES = ("uint16", "uint32")  # attnmt.data.shards.token_dtype's
-# the fields of a shard's record (attnmt.data.shards.ShardWriter), checked when a manifest is read
-SHARD_FIELDS = {"name": str, "pairs": ranges.COUNT, "src_tokens": ranges.COUNT, "tgt_tokens": ranges.COUNT}
+# the fields of a shard's record (attnmt.data.shards.ShardWriter) that are read back, checked when a
+# manifest is read (its token counts are written for the reader's information only)
+SHARD_FIELDS = {"name": str, "pairs": ranges.COUNT}
 
 
 @dataclass

@@ -278,7 +278,10 @@ class WordTokenizer:
         missing or malformed."""
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
-            words, lang, lowercase, token_filter = data["words"], data["lang"], data["lowercase"], data["token_filter"]
+            words = data["words"]
+            lang = data["lang"]
+            lowercase = data["lowercase"]
+            token_filter = data["token_filter"]
             if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
                 raise ValueError(f"words {str(words)[:40]!r} is not a list of words")
             if not isinstance(lang, str) or not re.fullmatch(LANGUAGE, lang):
