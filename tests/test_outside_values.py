@@ -339,3 +339,37 @@ def test_each_number_inside_a_list_or_dict_key_is_checked(path, annotation):
         _set(raw, path, container)
         with pytest.raises(ConfigError, match=rf"{path[-1]}"):
             config_from_dict(raw)
+
+
+# ---- the benchmark driver's numbers ---------------------------------------------------------------------
+
+
+def _benchmark_number_options() -> list[tuple[str, Any]]:
+    import argparse
+
+    from benchmarks.__main__ import parser
+
+    sub = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return [(f"{suite} --{a.dest}", a) for suite, p in sub.choices.items() for a in p._actions
+            if a.type is not None and getattr(a.type, "__name__", "") in ("int", "float", "integer", "number")]
+
+
+def test_the_benchmark_walk_finds_its_number_options():
+    names = {name for name, _ in _benchmark_number_options()}
+    assert {"translate --beam", "serve --seconds", "data --sizes", "quality --default_alpha", "train --updates"} <= names, names
+
+
+@pytest.mark.parametrize("name, action", _benchmark_number_options(), ids=[n for n, _ in _benchmark_number_options()])
+def test_every_benchmark_number_option_has_a_range(name, action):
+    import argparse
+
+    from benchmarks.__main__ import COUNTS, OPTION_RANGES
+
+    assert action.type not in (int, float), f"{name}: a bare {action.type.__name__}, no range"
+    negative_allowed = OPTION_RANGES.get(action.dest, COUNTS).contains(-1)
+    for text in HOSTILE_TEXT:
+        if text == "-1" and negative_allowed:  # a length penalty's alpha may be negative
+            assert action.type(text) == -1
+            continue
+        with pytest.raises(argparse.ArgumentTypeError):
+            action.type(text)
