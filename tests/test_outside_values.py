@@ -88,7 +88,7 @@ EXERCISE = {
 
 
 @pytest.mark.parametrize("name", sorted(environment.VARIABLES))
-@pytest.mark.parametrize("text", HOSTILE_TEXT + ["  ", "0x10", "1_0", "５"])
+@pytest.mark.parametrize("text", HOSTILE_TEXT + ["  ", "0x10", "1_0", "５", "http://[::1", "ftp://host/", "http://"])
 def test_every_variable_refuses_or_takes_a_hostile_value_in_one_line(name, text, monkeypatch, tmp_path):
     """A number variable refuses whatever its range does not hold, naming itself; a path or
     command is a name (any text), whose use ends in a value or an AttnmtError, never another
@@ -124,6 +124,13 @@ def test_the_download_timeout_from_the_environment_is_one_line(text, tmp_path, c
     monkeypatch.setenv("ATTNMT_MULTI30K_URL", (tmp_path / "mirror").as_uri())
     rc, _, err = run_cli(capsys, "download", "multi30k", "--pairs", "de-en", "--data-dir", str(tmp_path / "d"))
     assert_one_line_error(rc, err, f"ATTNMT_DOWNLOAD_TIMEOUT={text!r}")
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("pairs", ["", ",", "de-en,", " , de-en"])
+def test_an_empty_pair_in_the_download_is_one_line(pairs, tmp_path, capsys):
+    rc, _, err = run_cli(capsys, "download", "multi30k", "--pairs", pairs, "--data-dir", str(tmp_path / "d"))
+    assert_one_line_error(rc, err, f"--pairs {pairs!r}")
     assert not (tmp_path / "d").exists()
 
 

@@ -99,7 +99,10 @@ def url(variable: Variable, environ: Mapping[str, str] | None = None) -> str | N
     text = raw(variable, environ)
     if text is None:
         return None
-    parts = urllib.parse.urlsplit(text)
+    try:
+        parts = urllib.parse.urlsplit(text)
+    except ValueError:  # 'http://[::1': an unclosed bracket
+        parts = urllib.parse.urlsplit("")
     if parts.scheme.lower() not in ("http", "https", "file") or (parts.scheme.lower() != "file" and not parts.netloc):
         raise ConfigError(f"{variable.name}={text!r} ({variable.meaning}) is not a URL: use http://, https:// or "
                           f"file:// and a host, e.g. https://example.org/multi30k/")

@@ -13,7 +13,11 @@ from attnmt.names import canonical_name
 def cmd_download(args: argparse.Namespace) -> int:
     from attnmt.data.download import download_dataset
 
-    pairs = [p.strip() for p in args.pairs.split(",")] if args.pairs else None
+    pairs = None if args.pairs is None else [p.strip() for p in args.pairs.split(",")]
+    if pairs is not None and not all(pairs):
+        from attnmt.errors import AttnmtError
+
+        raise AttnmtError(f"--pairs {args.pairs!r}: expected pairs separated by commas, e.g. de-en,fr-en")
     folder, files = download_dataset(args.dataset, pairs, args.data_dir)
     print(f"{len(files)} files of {args.dataset}, SHA-256 checked, in {folder}")
     if args.data_dir is not None:
