@@ -380,3 +380,16 @@ def test_every_benchmark_number_option_has_a_range(name, action):
             continue
         with pytest.raises(argparse.ArgumentTypeError):
             action.type(text)
+
+
+def test_step_checkpoint_names_read_back_are_checked(tmp_path):
+    """A file beside the step checkpoints whose name is not step_N (a copy, a hostile N) is left
+    alone, not parsed into a traceback."""
+    from attnmt.train.checkpoint import checkpoint_step, step_checkpoints
+
+    (tmp_path / "checkpoints").mkdir()
+    names = ["step_10", "step_2", "step_abc", "step_1e300", "step_-1", f"step_{2**64}", "step_", "step_3 copy"]
+    for name in names:
+        (tmp_path / "checkpoints" / f"{name}.safetensors").write_bytes(b"")
+    assert [p.stem for p in step_checkpoints(tmp_path)] == ["step_2", "step_10"]
+    assert checkpoint_step(Path("step_007.safetensors")) == 7

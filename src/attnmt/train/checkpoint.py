@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -73,9 +74,17 @@ def load_state(path: str | Path) -> dict[str, Any]:
     return state
 
 
+def checkpoint_step(path: Path) -> int | None:
+    """N of a ``step_N.safetensors`` file, None for a name of another form (``step_x``, ``step_-1``)."""
+    found = re.fullmatch(r"step_([0-9]{1,18})", path.stem)
+    return None if found is None else int(found.group(1))
+
+
 def step_checkpoints(run_dir: Path) -> list[Path]:
-    """The run's ``checkpoints/step_N.safetensors`` files, oldest step first."""
-    return sorted((run_dir / "checkpoints").glob("step_*.safetensors"), key=lambda p: int(p.stem.split("_")[1]))
+    """The run's ``checkpoints/step_N.safetensors`` files, oldest step first (files of another
+    name beside them are not attnmt's and left alone)."""
+    paths = [p for p in (run_dir / "checkpoints").glob("step_*.safetensors") if checkpoint_step(p) is not None]
+    return sorted(paths, key=checkpoint_step)
 
 
 def average_weights(paths: list[str | Path]) -> dict[str, torch.Tensor]:
@@ -117,7 +126,7 @@ class Checkpoints:
         self.trainer = trainer
         self.steps: list[Path] = []  # the step checkpoints kept for averaging, oldest first
         for path in step_checkpoints(run_dir):
-            if resumed and int(path.stem.split("_")[1]) <= trainer.progress.step:
+            if resumed and checkpoint_step(path) <= trainer.progress.step:
                 self.steps.append(path)
             else:
                 path.unlink()
