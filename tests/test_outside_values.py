@@ -393,3 +393,17 @@ def test_step_checkpoint_names_read_back_are_checked(tmp_path):
         (tmp_path / "checkpoints" / f"{name}.safetensors").write_bytes(b"")
     assert [p.stem for p in step_checkpoints(tmp_path)] == ["step_2", "step_10"]
     assert checkpoint_step(Path("step_007.safetensors")) == 7
+
+
+def test_a_training_log_with_hostile_values_still_draws(tmp_path):
+    """plot-training reads train_log.jsonl back: values that are not finite numbers are left out of
+    the figure, not drawn as 1 (a boolean) or passed to matplotlib."""
+    pytest.importorskip("matplotlib")
+    from attnmt.visualize import plot_training
+
+    lines = [{"kind": "train", "step": 1, "loss": 5.0, "lr": 1e-3}]
+    lines += [{"kind": "train", "step": 2 + i, "loss": value, "lr": value} for i, value in enumerate(HOSTILE)]
+    lines += [{"kind": "valid", "step": value, "valid_ppl": 3.0, "valid_bleu": 1.0} for value in HOSTILE]
+    (tmp_path / "train_log.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    plot_training(tmp_path, tmp_path / "t.png")
+    assert (tmp_path / "t.png").stat().st_size > 0
