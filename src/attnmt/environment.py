@@ -5,7 +5,7 @@ A number from the environment goes through the same :class:`attnmt.ranges.Range`
 from the parser, so that ``ATTNMT_DOWNLOAD_TIMEOUT=1e300`` or ``WORLD_SIZE=nan`` ends in one line
 naming the variable (a :class:`attnmt.errors.ConfigError`, exit status 2) rather than in a
 library's OverflowError. :data:`VARIABLES` lists every variable with what it holds; no other
-module reads ``os.environ`` (tests/test_outside_values.py walks the source for reads).
+module reads ``os.environ`` (a test walks the source for reads).
 
 A variable set to the empty string (or to spaces) counts as unset, as the shell's ``VAR= cmd``
 is commonly meant.
