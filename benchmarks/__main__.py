@@ -27,7 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from attnmt import ranges  # noqa: E402
+from attnmt.cli.options import in_range  # noqa: E402
 from attnmt.errors import AttnmtError  # noqa: E402
+from attnmt.ranges import C_INT_MAX, Range  # noqa: E402
 
 import harness  # noqa: E402
 import records  # noqa: E402
@@ -40,6 +43,38 @@ SUITES = {name: importlib.import_module(f"suite_{name}") for name in ("train", "
                                                                       "quality")}
 
 
+# The range of each number option of the suites, by its dest: attnmt's own ranges where the option is
+# one of attnmt's quantities, else a count from 1 (COUNTS) or the ranges below. A number option missing
+# here is refused by the parser's construction (ranged_numbers), so that none reaches a suite unchecked.
+SECONDS = Range(0.0, 7 * 24 * 3600.0)
+OPTION_RANGES = {
+    "beam": ranges.BEAM_SIZE, "beam_size": ranges.BEAM_SIZE, "default_beam": ranges.BEAM_SIZE,
+    "batch_size": ranges.BATCH_SIZE, "decode_batch": ranges.BATCH_SIZE, "page_batch": ranges.BATCH_SIZE,
+    "threads": ranges.THREADS, "workers": ranges.THREADS, "inter_threads": ranges.THREADS,
+    "alpha_exact": ranges.LENGTH_PENALTY, "alpha_early": ranges.LENGTH_PENALTY, "default_alpha": ranges.LENGTH_PENALTY,
+    "lr": Range(0.0, 10.0, low_open=True), "finetune_lr": Range(0.0, 10.0, low_open=True),
+    "seconds": SECONDS, "tolerance": Range(0.0, 100.0), "seed": Range(0, 2**32 - 1, integer=True),
+    "sizes": Range(1.0, 1e12), "test_lines": Range(0, C_INT_MAX, integer=True),
+}
+COUNTS = Range(1, C_INT_MAX, integer=True)  # sentences, updates, rounds, repeats, copies, tokens, steps, clients
+
+
+def ranged_numbers(p: argparse.ArgumentParser) -> None:
+    """Give every int or float option of ``p`` its range (:data:`OPTION_RANGES`, else :data:`COUNTS`
+    for an int), checked as attnmt's own options are (``attnmt.cli.options.in_range``).
+
+    Raises:
+        AssertionError: a float option with no range in :data:`OPTION_RANGES` (a bug of the suite).
+    """
+    for action in p._actions:
+        if action.type in (int, float):
+            rng = OPTION_RANGES.get(action.dest)
+            if rng is None and action.dest == "warmup":
+                rng = SECONDS if action.type is float else COUNTS
+            assert rng is not None or action.type is int, f"--{action.dest}: a float option needs a range here"
+            action.type = in_range(rng or COUNTS)
+
+
 def parser() -> argparse.ArgumentParser:
     """The driver's command line: a subcommand per suite, and ``report``."""
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
@@ -50,9 +85,11 @@ def parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         harness.add_common(s)
         module.add_arguments(s)
+        ranged_numbers(s)
     a = sub.add_parser("all", help="every suite and part in a fixed order (--dry-run: the plan)",
                        description=run_all.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     run_all.add_arguments(a)
+    ranged_numbers(a)
     r = sub.add_parser("report", help="rebuild RESULTS.md from the records")
     r.add_argument("--check", action="store_true", help="exit 1 if RESULTS.md differs from the records, or two "
                    "records of one table differ only in a name")

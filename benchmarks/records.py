@@ -24,7 +24,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError, field_validator
 
+from attnmt.ranges import C_INT_MAX, Range
+
 Number = StrictInt | StrictFloat
+# a measured figure: a finite number no larger in magnitude than any the suites measure (a count of
+# tokens, seconds, bytes or a score); past it a value is a broken measurement, not a figure
+FIGURE = Range(-1e15, 1e15)
 
 
 class RecordError(Exception):
@@ -45,7 +50,7 @@ class Machine(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     vendor: str = Field(min_length=1)
-    cores: int = Field(gt=0)
+    cores: StrictInt = Field(gt=0, le=C_INT_MAX)
     flags: list[str]
     family: str = ""
     model: str = ""
@@ -75,8 +80,8 @@ class Record(BaseModel):
     @classmethod
     def _finite(cls, value):
         values = value if isinstance(value, list) else [value]
-        if not values or any(v != v or v in (float("inf"), float("-inf")) for v in values):
-            raise ValueError("not a finite number")
+        if not values or not all(FIGURE.contains(v) for v in values):
+            raise ValueError(f"not {FIGURE.describe()}")
         return value
 
     def key(self) -> tuple[str, str, str, str]:
@@ -92,7 +97,7 @@ def _problem(error: ValidationError) -> str:
     if first["type"] == "extra_forbidden":
         return f"{where} is not a record field"
     if first["loc"][0] == "value":
-        return "value: not a finite number (or a list of numbers)"
+        return f"value: not {FIGURE.describe()} (or a list of them)"
     return f"{where}: {first['msg']}"
 
 

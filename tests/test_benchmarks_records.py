@@ -63,11 +63,22 @@ def test_a_record_without_a_field_is_one_line_naming_file_and_line(field, tmp_pa
     assert not (tmp_path / "R.md").exists()
 
 
-@pytest.mark.parametrize("value", ["43.27 / 62.40", "**39.48**", None, [], float("nan")])
-def test_prose_in_a_value_is_refused(value, tmp_path, capsys):
+@pytest.mark.parametrize("value", ["43.27 / 62.40", "**39.48**", None, [], float("nan"), 1e300, -1e300,
+                                   float("inf"), True, 2**64, "abc", "", [1.0, 1e300]])
+def test_prose_or_a_hostile_number_in_a_value_is_refused(value, tmp_path, capsys):
+    from benchmarks.records import FIGURE
+
     path = write(tmp_path, "quality.jsonl", [json.dumps({**RECORD, "value": value})])
     code, err = exit_code(["report", "--records", str(tmp_path), "--output", str(tmp_path / "R.md")], capsys)
-    assert code == 2 and err == [f"python -m benchmarks report: {path}:1: value: not a finite number (or a list of numbers)"]
+    assert code == 2 and err == [f"python -m benchmarks report: {path}:1: value: not {FIGURE.describe()} "
+                                 "(or a list of them)"]
+
+
+@pytest.mark.parametrize("cores", [0, -1, True, 2**64, 1e300, "abc"])
+def test_a_hostile_core_count_is_refused(cores, tmp_path, capsys):
+    path = write(tmp_path, "quality.jsonl", [json.dumps({**RECORD, "machine": {**RECORD["machine"], "cores": cores}})])
+    code, err = exit_code(["report", "--records", str(tmp_path), "--output", str(tmp_path / "R.md")], capsys)
+    assert code == 2 and len(err) == 1 and f"{path}:1: machine.cores" in err[0], err
 
 
 @pytest.mark.parametrize("change", [{"commit": "95b94cb"}, {"commit": ""}, {"measured_with": "corpora.py"},

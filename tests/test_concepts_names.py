@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from attnmt import torchrun
+from attnmt.errors import ConfigError
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "attnmt"
 
@@ -60,7 +61,7 @@ def test_the_name_rules_see_literals_in_f_strings_and_skip_docstrings():
 
 
 def test_torchrun_rank_is_read_in_one_module():
-    assert modules_with_string(r"^RANK$") == ["torchrun.py"]
+    assert modules_with_string(r"^RANK$") == ["environment.py"]
 
 
 def test_the_main_process_is_rank_0_or_no_torchrun():
@@ -68,7 +69,7 @@ def test_the_main_process_is_rank_0_or_no_torchrun():
     assert torchrun.is_main_process({"RANK": "0", "WORLD_SIZE": "2"})
     assert not torchrun.is_main_process({"RANK": "1", "WORLD_SIZE": "2"})
     assert not torchrun.is_main_process({"RANK": "x"})  # not rank 0; training refuses it in from_env
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="^RANK='x'"):
         torchrun.from_env({"RANK": "x"})
     assert torchrun.from_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}) == torchrun.Ranks(1, 2, 1)
 

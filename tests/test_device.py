@@ -149,7 +149,7 @@ def test_distributed_helpers_without_a_process_group():
     assert distributed.from_env({}) == distributed.Ranks(0, 1, 0)
     ranks = distributed.from_env({"RANK": "1", "WORLD_SIZE": "3", "LOCAL_RANK": "0"})
     assert (ranks.rank, ranks.world_size, ranks.is_main, ranks.distributed) == (1, 3, False, True)
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="outside WORLD_SIZE=3"):
         distributed.from_env({"RANK": "3", "WORLD_SIZE": "3"})
     group = list(range(7))
     shares = [distributed.share(group, distributed.Ranks(r, 3)) for r in range(3)]

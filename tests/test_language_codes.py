@@ -90,9 +90,11 @@ def test_every_language_field_of_the_configuration_is_written_canonically(tmp_pa
         assert "EN" not in written and "En" not in written, (name, written)
 
 
-def test_two_spellings_of_one_pair_are_one_pair():
-    with pytest.raises(ConfigError, match="names a pair twice"):
+def test_two_spellings_of_one_pair_are_refused():
+    with pytest.raises(ConfigError, match="names 'de-en' and 'DE-EN', one in two spellings"):
         config_from_dict({"data": {"dataset": "multi30k", "pairs": ["de-en", "DE-EN"]}})
+    with pytest.raises(ConfigError, match="names a pair twice"):
+        config_from_dict({"data": {"dataset": "multi30k", "pairs": ["de-en", "de-en"]}})
     with pytest.raises(ConfigError, match="two different language codes"):
         config_from_dict({"data": {"dataset": "multi30k", "pair": "en-EN"}})
 

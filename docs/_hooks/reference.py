@@ -5,7 +5,8 @@
   type, range (a number key's pydantic ``ge``/``gt``/``le``/``lt``), default and pydantic
   ``description``, and the option a key belongs to (:data:`attnmt.config.APPLIES_ONLY_TO`).
 - ``cli.md``: the marker ``<!-- cli-reference -->`` becomes argparse's help of every subcommand of
-  :func:`attnmt.cli.build_parser` (nested subcommands included).
+  :func:`attnmt.cli.build_parser` (nested subcommands included), and ``<!-- environment-reference -->``
+  a table of the environment variables attnmt reads (:data:`attnmt.environment.VARIABLES`).
 - ``architecture.md``: the marker ``<!-- module-table -->`` becomes a table of every module of
   ``src/attnmt`` with the first paragraph of its docstring, by layer, top layer first (the
   import-linter contract of ``pyproject.toml``).
@@ -33,6 +34,7 @@ from pydantic_core import PydanticUndefined
 CONFIG_MARKER = "<!-- config-reference -->"
 CLI_MARKER = "<!-- cli-reference -->"
 MODULE_MARKER = "<!-- module-table -->"
+ENVIRONMENT_MARKER = "<!-- environment-reference -->"
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -210,6 +212,17 @@ def module_table() -> str:
     return "\n".join(out)
 
 
+def environment_reference() -> str:
+    """A table of :data:`attnmt.environment.VARIABLES`: name, what it sets, what it takes."""
+    from attnmt.environment import VARIABLES
+
+    takes = {"path": "a path", "url": "an http, https or file URL", "command": "a command name or path"}
+    rows = ["| variable | sets | takes |", "| --- | --- | --- |"]
+    for v in VARIABLES.values():
+        rows.append(f"| `{v.name}` | {v.meaning} | {v.range.describe() if v.range else takes[v.kind]} |")
+    return "\n".join(rows)
+
+
 def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
     """Fill the reference markers of configuration.md, cli.md and architecture.md."""
     if MODULE_MARKER in markdown:
@@ -218,4 +231,6 @@ def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
         markdown = markdown.replace(CONFIG_MARKER, config_reference())
     if CLI_MARKER in markdown:
         markdown = markdown.replace(CLI_MARKER, cli_reference())
+    if ENVIRONMENT_MARKER in markdown:
+        markdown = markdown.replace(ENVIRONMENT_MARKER, environment_reference())
     return markdown

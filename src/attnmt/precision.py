@@ -24,6 +24,8 @@ import logging
 
 import torch
 
+from attnmt.names import canonical_name
+
 log = logging.getLogger(__name__)
 
 PRECISIONS = ("fp32", "bf16", "int8")
@@ -56,6 +58,7 @@ def effective_precision(precision: str, what: str = "training") -> str:
     Raises:
         ValueError: an unknown precision.
     """
+    precision = canonical_name(precision)
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; use {', '.join(PRECISIONS)}")
     if precision != "bf16" or cpu_bf16_is_fast():
@@ -95,6 +98,7 @@ def training_precision(precision: str, device_type: str) -> str:
     Raises:
         ValueError: a precision outside 'fp32', 'bf16', 'fp16'.
     """
+    precision = canonical_name(precision)
     if precision not in TRAINING_PRECISIONS:
         raise ValueError(f"unknown training precision {precision!r}; use {', '.join(TRAINING_PRECISIONS)}")
     chosen = precision

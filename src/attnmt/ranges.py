@@ -30,6 +30,8 @@ C_INT_MAX = 2**31 - 1
 def number_text(value: float) -> str:
     """A bound as the documentation writes it: whole numbers in full (2147483647, not
     2.14748e+09), others in the shortest form ('0.5', '1e-09')."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
     if float(value).is_integer() and abs(value) < 2**53:
         return str(int(value))
     return f"{value:g}"
@@ -45,11 +47,16 @@ class Range:
     high: float
     integer: bool = False
     low_open: bool = False
+    infinite: bool = False  # inf and -inf themselves belong too (a record's "none yet"); nan never
 
     def describe(self) -> str:
         """The range in words, as error messages and the documentation give it, e.g. 'a whole
         number from 1 to 2147483647' or 'a finite number above 0 and at most 100'."""
-        kind = "a whole number" if self.integer else "a finite number"
+        kind = "a finite number"
+        if self.integer:
+            kind = "a whole number"
+        elif self.infinite:
+            kind = "a number (inf included)"
         if self.low_open:
             return f"{kind} above {number_text(self.low)} and at most {number_text(self.high)}"
         return f"{kind} from {number_text(self.low)} to {number_text(self.high)}"
@@ -60,7 +67,7 @@ class Range:
             return False
         if self.integer and not isinstance(value, numbers.Integral):
             return False
-        if not math.isfinite(value):
+        if math.isnan(value) or (math.isinf(value) and not self.infinite):
             return False
         above = value > self.low if self.low_open else value >= self.low
         return above and value <= self.high
@@ -105,6 +112,12 @@ PATIENCE = Range(1.0, C_INT_MAX)
 # how many times an epoch samples each pair of a corpus
 CORPUS_WEIGHT = Range(0.0, 1000.0, low_open=True)
 
+# ---- downloads (ATTNMT_DOWNLOAD_TIMEOUT) --------------------------------------------------------------
+
+# seconds one downloaded file may take: above 0, at most a week (a socket timeout or a timer much
+# further out overflows the platform's time_t, or never fires)
+DOWNLOAD_SECONDS = Range(0.0, 7 * 24 * 3600.0, low_open=True)
+
 # ---- processes and threads ------------------------------------------------------------------------
 
 # CPU threads of PyTorch, CTranslate2 or ONNX Runtime (train.num_threads, --threads)
@@ -116,6 +129,13 @@ THREADS = Range(1, C_INT_MAX, integer=True)
 WIDTH = Range(1, 2**16, integer=True)
 # positions a model (or a drawing of positional encodings) covers, in tokens
 POSITIONS = Range(1, 2**20, integer=True)
+# attention heads, and encoder or decoder layers
+HEADS = Range(1, 1024, integer=True)
+LAYERS = Range(1, 1024, integer=True)
+# pieces of a vocabulary (tokenizer.vocab_size, an imported model's vocab_size)
+VOCABULARY = Range(1, 2**20, integer=True)
+# a probability (a dropout rate, an imported model's)
+PROBABILITY = Range(0.0, 1.0)
 
 
 # ---- booleans are not numbers -----------------------------------------------------------------------
@@ -164,3 +184,74 @@ class NoBooleanNumbers(BaseModel):
         if _holds_boolean(value) and numbers_only(cls.model_fields[info.field_name].annotation):
             raise ValueError("a boolean is not a number (YAML reads true, false, on, off, yes and no as booleans)")
         return value
+
+
+# ---- the fields of the files attnmt reads back ---------------------------------------------------------
+
+# a count of pairs, lines, tokens, bytes, steps or epochs recorded in a file (numpy's int64 offsets)
+COUNT = Range(0, 2**63 - 1, integer=True)
+# a file's modification time in nanoseconds (before 1970 is negative)
+TIME_NS = Range(-(2**63), 2**63 - 1, integer=True)
+# seconds measured and recorded (a preparation's wall time): at most about 30,000 years
+SECONDS = Range(0.0, 1e12)
+
+
+def check_record(record: Any, where: str) -> None:
+    """Check every field of ``record``, a dataclass read back from a file, as the parser checks
+    a number: a field's ``metadata['range']`` (a :class:`Range`) where it has one, else
+    :data:`COUNT` for an int and :data:`SECONDS` for a float; a str field must hold a str, a
+    bool field a bool; nested dataclasses, lists and dicts of them, and dicts of ints
+    (``dict[str, int]``, each value a :data:`COUNT`) are checked item by item. A field whose
+    ``metadata['items']`` maps keys to a :class:`Range` or a type checks each dict of its list
+    (``list[dict]``) by them. None passes where the annotation admits it.
+
+    Raises:
+        ValueError: '{where}: {field} {value!r} is out of range: use ...' (or 'is not a ...'),
+            the field dotted from ``record`` ('train.corpora[0].weight').
+    """
+    import dataclasses
+
+    hints = typing.get_type_hints(type(record))
+    for f in dataclasses.fields(record):
+        _check_value(getattr(record, f.name), hints[f.name], f.metadata, f"{where}{f.name}")
+
+
+def _check_value(value: Any, annotation: Any, metadata: Any, name: str) -> None:
+    import dataclasses
+
+    args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+    if value is None and type(None) in args:
+        return
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or type(annotation).__name__ == "UnionType":
+        annotation = next(a for a in args if a is not type(None))
+        origin, args = typing.get_origin(annotation), list(typing.get_args(annotation))
+    if dataclasses.is_dataclass(annotation):
+        if not isinstance(value, annotation):
+            raise ValueError(f"{name} {value!r} is not a record")
+        check_record(value, f"{name}.")
+    elif origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{name} {value!r} is not a list")
+        if origin is tuple and len(args) > 1 and len(value) != len(args):
+            raise ValueError(f"{name} {value!r} is not a list of {len(args)} items")
+        for i, item in enumerate(value):
+            item_type = args[i] if origin is tuple and len(args) > 1 else args[0]
+            _check_value(item, item_type, metadata, f"{name}[{i}]")
+    elif origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ValueError(f"{name} {value!r} is not a mapping of names")
+        for key, item in value.items():
+            _check_value(item, args[1], metadata, f"{name}.{key}")
+    elif annotation is dict and "items" in metadata:
+        if not isinstance(value, dict):
+            raise ValueError(f"{name} {value!r} is not a mapping of names")
+        for key, kind in metadata["items"].items():
+            _check_value(value.get(key), kind if isinstance(kind, type) else int, {"range": kind}, f"{name}.{key}")
+    elif annotation in (int, float):
+        default = COUNT if annotation is int else SECONDS
+        rng = metadata.get("range", default) if isinstance(metadata.get("range"), Range) else default
+        rng.check(value, name)
+    elif annotation in (str, bool):
+        if not isinstance(value, annotation):
+            raise ValueError(f"{name} {value!r} is not a {'text' if annotation is str else 'boolean'}")

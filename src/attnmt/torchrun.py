@@ -1,5 +1,6 @@
 """This process's place in a torchrun job, read from the environment torchrun sets: ``RANK``,
-``WORLD_SIZE`` and ``LOCAL_RANK`` (a process started without torchrun is rank 0 of 1).
+``WORLD_SIZE`` and ``LOCAL_RANK`` (a process started without torchrun is rank 0 of 1), each
+checked by :mod:`attnmt.environment` as the parser checks a number.
 
 Read here only, without PyTorch, so that the command line asks it for every command
 (``--help`` included) at no import cost; ``attnmt.train.distributed`` joins the process group
@@ -10,9 +11,11 @@ Library: the environment variables of ``torch.distributed.run`` (PyTorch's torch
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from attnmt import environment
+from attnmt.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -39,12 +42,18 @@ def from_env(environ: Mapping[str, str] | None = None) -> Ranks:
     (rank 0 of 1 without them).
 
     Raises:
-        ValueError: a rank outside ``[0, WORLD_SIZE)``, or a variable that is not an integer.
+        ConfigError: a variable that is not a whole number of its range, or a rank outside
+            ``[0, WORLD_SIZE)``.
     """
-    env = os.environ if environ is None else environ
-    ranks = Ranks(int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0)))
-    if not 0 <= ranks.rank < ranks.world_size:
-        raise ValueError(f"RANK {ranks.rank} outside WORLD_SIZE {ranks.world_size}")
+    ranks = Ranks(int(environment.number(environment.RANK, 0, environ)),
+                  int(environment.number(environment.WORLD_SIZE, 1, environ)),
+                  int(environment.number(environment.LOCAL_RANK, 0, environ)))
+    if not ranks.rank < ranks.world_size:
+        raise ConfigError(f"RANK={ranks.rank} is outside WORLD_SIZE={ranks.world_size}: use a rank from 0 to "
+                          f"{ranks.world_size - 1}")
+    if not ranks.local_rank < ranks.world_size:
+        raise ConfigError(f"LOCAL_RANK={ranks.local_rank} is outside WORLD_SIZE={ranks.world_size}: use a rank "
+                          f"from 0 to {ranks.world_size - 1}")
     return ranks
 
 
@@ -54,5 +63,4 @@ def is_main_process(environ: Mapping[str, str] | None = None) -> bool:
     The text is compared, not parsed, so that every command runs (and ``--help`` prints) whatever
     ``RANK`` holds; training refuses a malformed one where it starts (:func:`from_env`).
     """
-    env = os.environ if environ is None else environ
-    return env.get("RANK", "0") == "0"
+    return environment.raw(environment.RANK, environ) in (None, "0")

@@ -96,6 +96,12 @@ def save_figure(fig, path: str | Path) -> None:
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", bbox_inches="tight"))
 
 
+def _finite(value: object) -> bool:
+    """Whether a logged value can be drawn: a finite number, not a boolean (an early validation's
+    perplexity may be inf; a hand-edited log may hold anything)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def plot_training(run_dir: str | Path, path: str | Path) -> None:
     """Draw training loss, learning rate, validation perplexity and BLEU against updates.
 
@@ -115,7 +121,7 @@ def plot_training(run_dir: str | Path, path: str | Path) -> None:
     ]
     for i, (title, rows, key) in enumerate(panels):
         ax = fig.add_subplot(2, 2, i + 1)
-        points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+        points = [(r["step"], r[key]) for r in rows if _finite(r["step"]) and _finite(r.get(key))]
         if points:
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o" if rows is valid else None,
                     markersize=3)

@@ -9,6 +9,7 @@ import argparse
 
 from attnmt.cli.options import check_output_dir
 from attnmt.errors import AttnmtError
+from attnmt.names import canonical_name
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -43,7 +44,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def add_import_parser(sub) -> None:
     p = sub.add_parser("import", help="import another toolkit's model as an attnmt model directory")
-    p.add_argument("kind", choices=["marian"], help="marian: a Hugging Face MarianMT (OPUS-MT) model")
+    p.add_argument("kind", type=canonical_name, choices=["marian"], help="marian: a Hugging Face MarianMT (OPUS-MT) model")
     p.add_argument("source", help="a local MarianMT directory, or a Hub id such as Helsinki-NLP/opus-mt-de-en")
     p.add_argument("--output", required=True, help="model directory to create")
     p.set_defaults(func=cmd_import)
@@ -51,11 +52,11 @@ def add_import_parser(sub) -> None:
 
 def add_export_parser(sub) -> None:
     p = sub.add_parser("export", help="export a model directory for a fast inference engine")
-    p.add_argument("format", choices=["ctranslate2", "onnx", "web"],
+    p.add_argument("format", type=canonical_name, choices=["ctranslate2", "onnx", "web"],
                    help="CTranslate2 model, ONNX graphs, or a static web page translating in the browser")
     p.add_argument("--model", required=True, help="model directory (from 'attnmt train' or 'attnmt import')")
     p.add_argument("--output", required=True, help="directory to create")
-    p.add_argument("--quantization", choices=["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
+    p.add_argument("--quantization", type=canonical_name, choices=["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
                                                "float16", "bfloat16", "float32"],
                    help="ctranslate2: weight type (default float32); web: int8 or float32 (default float32)")
     p.add_argument("--int8-weight-bits", type=int, choices=[7, 8], default=7,

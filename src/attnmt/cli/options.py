@@ -14,6 +14,7 @@ from pathlib import Path
 
 from attnmt import ranges
 from attnmt.errors import AttnmtError, WriteError, write_error
+from attnmt.names import canonical_name
 from attnmt.ranges import C_INT_MAX, Range
 
 
@@ -193,10 +194,10 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     ``--attention``, the thread options and ``--device``."""
     p.add_argument("--model", required=True, help="model directory written by 'attnmt train'")
     p.add_argument("--weights", help="a .safetensors file to use instead of MODEL/model.safetensors")
-    p.add_argument("--precision", choices=["fp32", "bf16", "int8"],
+    p.add_argument("--precision", type=canonical_name, choices=["fp32", "bf16", "int8"],
                    help="inference precision: fp32, bf16, or int8 (dynamic quantisation); default from the model's "
                         "config")
-    p.add_argument("--attention", choices=["explicit", "fused"],
+    p.add_argument("--attention", type=canonical_name, choices=["explicit", "fused"],
                    help="attention kernel: the explicit formula or PyTorch's fused one; default from the model's "
                         "config")
     add_thread_options(p)
@@ -236,10 +237,10 @@ def add_stopping_options(p: argparse.ArgumentParser) -> None:
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:
     """``--engine`` and ``--compute-type`` (``attnmt.cli.translators.engine_translator``)."""
-    p.add_argument("--engine", choices=["native", "ctranslate2", "onnxruntime"], default="native",
+    p.add_argument("--engine", type=canonical_name, choices=["native", "ctranslate2", "onnxruntime"], default="native",
                    help="native: PyTorch; ctranslate2 / onnxruntime: --model is a directory from 'attnmt export' "
                         "(docs/engines.md says when to pick which)")
-    p.add_argument("--compute-type", default="default",
+    p.add_argument("--compute-type", type=canonical_name, default="default",
                    help="ctranslate2 engine: CTranslate2's compute type (default: the exported weights' type)")
 
 

@@ -15,6 +15,7 @@ from attnmt.cli.options import (add_decoding_options, check_output_dir, check_ou
 from attnmt.cli.translators import native_translator
 from attnmt.config import DEFAULT_ATTENTION_LAYER
 from attnmt.errors import AttnmtError
+from attnmt.names import canonical_name
 
 log = logging.getLogger("attnmt")
 
@@ -106,7 +107,7 @@ def add_plot_attention_parser(sub) -> None:
     p.add_argument("--output", required=True, help="PNG file, or folder with --input")
     p.add_argument("--layer", type=positive_int,
                    help=f"layer, 1 to the model's layers (default {DEFAULT_ATTENTION_LAYER})")
-    p.add_argument("--self-attention", choices=["encoder", "decoder"], help="draw self-attention instead")
+    p.add_argument("--self-attention", type=canonical_name, choices=["encoder", "decoder"], help="draw self-attention instead")
     p.set_defaults(func=cmd_plot_attention)
 
 
@@ -118,7 +119,7 @@ def add_plot_positions_parser(sub) -> None:
     source.add_argument("--d-model", type=in_range(ranges.WIDTH), default=512,
                         help=f"without --model: the sinusoids for this d_model {range_help(ranges.WIDTH)} "
                         "(default 512)")
-    p.add_argument("--layout", choices=["interleaved", "halves"],
+    p.add_argument("--layout", type=canonical_name, choices=["interleaved", "halves"],
                    help="without --model: sines and cosines interleaved (the paper; default) or in halves")
     p.add_argument("--max-len", type=in_range(ranges.POSITIONS), default=100,
                    help=f"positions drawn {range_help(ranges.POSITIONS)} (default 100)")

@@ -18,6 +18,7 @@ from attnmt.cli.options import (add_data_dir_option, add_device_option, add_engi
                                 check_output_file, in_range, positive_int, range_help)
 from attnmt.cli.translators import engine_translator, with_stopping_options
 from attnmt.errors import AttnmtError, CheckpointError, EnvironmentFailure, TrainingError
+from attnmt.names import canonical_name
 from attnmt.oneline import json_line, one_line
 from attnmt.ranges import C_INT_MAX, Range
 from attnmt.signals import StopSignals
@@ -197,7 +198,7 @@ def add_train_vectors_parser(sub) -> None:
     p = sub.add_parser("train-vectors", help="train fastText word vectors (.vec) on a configuration's training "
                        "side, tokenized as its word-level tokenizer does (gensim)")
     p.add_argument("config", help="YAML configuration (its data and tokenizer sections are used)")
-    p.add_argument("--side", choices=["src", "tgt"], required=True, help="which side of the training corpus")
+    p.add_argument("--side", type=canonical_name, choices=["src", "tgt"], required=True, help="which side of the training corpus")
     p.add_argument("--output", required=True, help=".vec file to write")
     p.add_argument("--dim", type=in_range(ranges.WIDTH), help=f"vector size {range_help(ranges.WIDTH)} (default: "
                    "the configuration's model.d_model)")

@@ -17,6 +17,7 @@ from attnmt.cli.documents import (add_document_options, check_binary, check_docu
 from attnmt.cli.translators import engine_translator, with_stopping_options
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER
 from attnmt.errors import AttnmtError
+from attnmt.names import canonical_name
 from attnmt.oneline import json_line
 
 log = logging.getLogger("attnmt")
@@ -173,7 +174,7 @@ def add_translate_parser(sub) -> None:
     p.add_argument("--output", help="output file; default stdout")
     p.add_argument("--nbest", type=positive_int, default=1, help="hypotheses per sentence (1 to the beam size)")
     p.add_argument("--scores", action="store_true", help="print scores and each token's probability")
-    p.add_argument("--format", choices=["text", "jsonl"], default="text", help="output format")
+    p.add_argument("--format", type=canonical_name, choices=["text", "jsonl"], default="text", help="output format")
     p.add_argument("--constraints", metavar="FILE",
                    help="terms each translation must contain: one line per input line, phrases separated by tabs, "
                         "an empty line for none (lexically constrained beam search)")
@@ -192,7 +193,7 @@ def add_score_parser(sub) -> None:
     p.add_argument("--src", required=True, help="source file")
     p.add_argument("--tgt", required=True, help="translations to score, line-aligned with --src")
     p.add_argument("--output", help="output file; default stdout")
-    p.add_argument("--format", choices=["text", "jsonl"], default="text",
+    p.add_argument("--format", type=canonical_name, choices=["text", "jsonl"], default="text",
                    help="text: 'ID<TAB>LOG_PROB<TAB>TOKENS<TAB>PPL' per line, then a 'corpus' line")
     add_engine_options(p)
     p.set_defaults(func=cmd_score)

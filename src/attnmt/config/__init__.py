@@ -18,7 +18,8 @@ Library: pydantic (validation) and PyYAML (parsing).
 """
 
 from attnmt.config.corpus import CorpusEntry, DataConfig, FilterConfig, TokenizerConfig, ValidEntry
-from attnmt.config.language_codes import LANGUAGE, LanguageCode, canonical_language
+from attnmt.config.language_codes import (LANGUAGE, LanguageCode, canonical_language, canonical_name, canonical_pair,
+                                          known_as, one_spelling_each)
 from attnmt.config.loading import (SAFE_LOADER, apply_overrides, config_from_dict, config_from_yaml, key_lines,
                                    load_config)
 from attnmt.config.rules import APPLIES_ONLY_TO, KeyRuleError, language_rules
@@ -45,9 +46,13 @@ __all__ = [
     "ValidEntry",
     "apply_overrides",
     "canonical_language",
+    "canonical_name",
+    "canonical_pair",
     "config_from_dict",
     "config_from_yaml",
     "key_lines",
+    "known_as",
     "language_rules",
     "load_config",
+    "one_spelling_each",
 ]

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from attnmt import ranges
-from attnmt.config.language_codes import LANGUAGE, LanguageCode, canonical_pair
+from attnmt.config.language_codes import (LANGUAGE, LanguageCode, canonical_language, canonical_name, canonical_pair,
+                                          one_spelling_each)
 from attnmt.config.rules import data_section_rules
 from attnmt.config.section import Section
 from attnmt.ranges import C_INT_MAX
@@ -112,15 +113,25 @@ class DataConfig(Section):
     def _pair_spelling(cls, pair: str | None) -> str | None:
         return canonical_pair(pair)
 
+    @field_validator("dataset", "train_split", "valid_split", "test_split")
+    @classmethod
+    def _name_spelling(cls, name: str | None) -> str | None:
+        return None if name is None else canonical_name(name)
+
     @field_validator("pairs")
     @classmethod
     def _pairs_spelling(cls, pairs: list[str] | None) -> list[str] | None:
-        return None if pairs is None else [canonical_pair(p) for p in pairs]
+        if pairs is None:
+            return None
+        return [canonical_pair(p) for p in one_spelling_each(pairs, "", canonical_pair)]
 
     @field_validator("max_pairs")
     @classmethod
     def _max_pairs_spelling(cls, max_pairs: dict[str, int] | None) -> dict[str, int] | None:
-        return None if max_pairs is None else {canonical_pair(pair): n for pair, n in max_pairs.items()}
+        if max_pairs is None:
+            return None
+        one_spelling_each(max_pairs, "", canonical_pair)
+        return {canonical_pair(pair): n for pair, n in max_pairs.items()}
 
     _rules = model_validator(mode="after")(data_section_rules)
 
@@ -165,3 +176,10 @@ class TokenizerConfig(Section):
     language_tag: str = Field(
         "<2{}>", pattern=r"^[^{}\s]*\{\}[^{}\s]*$", description="how a target language's tag is written, {} "
         "standing for its code: attnmt's <2fr>; an imported OPUS-MT model's >>fra<<")
+
+    @field_validator("target_languages")
+    @classmethod
+    def _one_spelling_each(cls, codes: list[str], info: ValidationInfo) -> list[str]:
+        if info.context and info.context.get("saved"):  # a model's own list, as it was trained
+            return codes
+        return one_spelling_each(codes, "", canonical_language)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationInfo
 
-from attnmt.config.language_codes import LANGUAGE
+from attnmt.config.language_codes import LANGUAGE, canonical_language, canonical_pair, known_as
 
 if TYPE_CHECKING:
     from attnmt.config.corpus import DataConfig
@@ -59,14 +59,15 @@ def data_section_rules(self: DataConfig) -> DataConfig:
         raise ValueError("data.pairs names pairs of a data.dataset; give data.dataset too")
     for pair in [self.pair] * (self.pair is not None) + list(self.pairs or []):
         langs = pair.split("-")
-        if len(langs) != 2 or not all(re.fullmatch(LANGUAGE, lang) for lang in langs) or langs[0] == langs[1]:
+        if len(langs) != 2 or not all(re.fullmatch(LANGUAGE, lang) for lang in langs) \
+                or canonical_language(langs[0]) == canonical_language(langs[1]):
             raise ValueError(f"data.pair {pair!r}: expected two different language codes, e.g. 'de-en'")
     if self.pairs is not None and len(set(self.pairs)) != len(self.pairs):
         raise ValueError("data.pairs names a pair twice")
     if self.max_pairs is not None:
         directions = self.pairs or [self.pair] * (self.pair is not None)
         for pair in self.max_pairs:
-            if pair not in directions:
+            if known_as(pair, directions, canonical_pair) is None:
                 raise KeyRuleError("data.max_pairs", f"data.max_pairs names {pair!r}, not a pair of data.pair "
                                    f"or data.pairs ({', '.join(directions) or 'none: give data.dataset'})")
     if (self.valid_src is None) != (self.valid_tgt is None):

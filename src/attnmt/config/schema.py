@@ -30,11 +30,11 @@ class ModelConfig(Section):
 
     d_model: int = Field(512, **ranges.WIDTH.bounds(), description="width of embeddings and of every sub-layer's "
                                                                    "output (paper: 512)")
-    num_heads: int = Field(8, gt=0, le=1024, description="attention heads per multi-head attention (paper: 8)")
+    num_heads: int = Field(8, **ranges.HEADS.bounds(), description="attention heads per multi-head attention (paper: 8)")
     d_ff: int = Field(2048, **ranges.WIDTH.bounds(), description="inner width of the position-wise feed-forward "
                                                                  "network (paper: 2048)")
-    num_encoder_layers: int = Field(6, gt=0, le=1024, description="encoder layers N (paper: 6)")
-    num_decoder_layers: int = Field(6, gt=0, le=1024, description="decoder layers N (paper: 6)")
+    num_encoder_layers: int = Field(6, **ranges.LAYERS.bounds(), description="encoder layers N (paper: 6)")
+    num_decoder_layers: int = Field(6, **ranges.LAYERS.bounds(), description="decoder layers N (paper: 6)")
     dropout: float = Field(0.1, ge=0.0, lt=1.0, description="P_drop on sub-layer outputs and embeddings")
     attention_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout on attention weights")
     activation_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout inside the feed-forward")

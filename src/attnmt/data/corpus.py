@@ -10,13 +10,14 @@ given (``--data-dir`` or ``ATTNMT_DATA``): that directory holds a ``multi30k/`` 
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnmt import environment
+from attnmt.config.language_codes import canonical_language, canonical_pair, known_as
 from attnmt.errors import DataError
 
-DATA_ENV = "ATTNMT_DATA"
+DATA_ENV = environment.DATA.name
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,18 @@ MULTI30K = DatasetSpec(
 DATASETS: dict[str, DatasetSpec] = {MULTI30K.name: MULTI30K}
 
 
+def dataset_spec(name: str) -> DatasetSpec:
+    """The registered dataset ``name`` names, in any case ('MULTI30K').
+
+    Raises:
+        DataError: no registered dataset has that name (the message names those there are).
+    """
+    known = known_as(name, DATASETS)
+    if known is None:
+        raise DataError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
+    return DATASETS[known]
+
+
 def sha256_file(path: str | Path) -> str:
     """Hex SHA-256 of a file, read in 1 MiB blocks.
 
@@ -76,7 +89,7 @@ def sha256_file(path: str | Path) -> str:
 def base_url(spec: DatasetSpec) -> str:
     """The base URL of a dataset's files: ``$<spec.url_env>`` (a mirror, with or without its
     final slash) where set, else the upstream ``spec.url``."""
-    mirror = os.environ.get(spec.url_env, "").strip() if spec.url_env else ""
+    mirror = environment.url(environment.VARIABLES[spec.url_env]) if spec.url_env else None
     if not mirror:
         return spec.url
     return mirror if mirror.endswith("/") else mirror + "/"
@@ -85,7 +98,7 @@ def base_url(spec: DatasetSpec) -> str:
 def cache_dir(name: str) -> Path:
     """Where downloaded files of dataset ``name`` are kept: ``$XDG_CACHE_HOME/attnmt/<name>/``,
     else ``~/.cache/attnmt/<name>/``."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attnmt" / name
+    return Path(environment.path(environment.XDG_CACHE_HOME) or Path.home() / ".cache") / "attnmt" / name
 
 
 def dataset_file(name: str, split: str, lang: str, data_dir: str | Path | None = None) -> Path:
@@ -100,16 +113,17 @@ def dataset_file(name: str, split: str, lang: str, data_dir: str | Path | None =
         DataError: unknown dataset, split or language; the file is missing from the local
             directory; the download fails or its checksum differs.
     """
-    spec = DATASETS.get(name)
-    if spec is None:
-        raise DataError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
-    if split not in spec.splits:
+    spec = dataset_spec(name)
+    name = spec.name
+    known_split = known_as(split, spec.splits)
+    if known_split is None:
         raise DataError(f"dataset {name!r} has no split {split!r}; known: {', '.join(spec.splits)}")
-    langs = {lang for pair in spec.pairs for lang in pair.split("-")}
-    if lang not in langs:
-        raise DataError(f"dataset {name!r} has no language {lang!r}; known: {', '.join(sorted(langs))}")
-    filename = spec.filename(split, lang)
-    root = data_dir if data_dir is not None else os.environ.get(DATA_ENV)
+    langs = sorted({code for pair in spec.pairs for code in pair.split("-")})
+    known_lang = known_as(lang, langs, canonical_language)
+    if known_lang is None:
+        raise DataError(f"dataset {name!r} has no language {lang!r}; known: {', '.join(langs)}")
+    filename = spec.filename(known_split, known_lang)
+    root = data_dir if data_dir is not None else environment.path(environment.DATA)
     if root:
         root = Path(root)
         for candidate in (root / name / filename, root / filename):
@@ -132,12 +146,11 @@ def dataset_pair_files(
     Raises:
         DataError: an unknown pair, or see :func:`dataset_file`.
     """
-    spec = DATASETS.get(name)
-    if spec is None:
-        raise DataError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
-    if pair not in spec.pairs:
-        raise DataError(f"dataset {name!r} has no pair {pair!r}; known: {', '.join(spec.pairs)}")
-    src_lang, tgt_lang = pair.split("-")
+    spec = dataset_spec(name)
+    known = known_as(pair, spec.pairs, canonical_pair)
+    if known is None:
+        raise DataError(f"dataset {spec.name!r} has no pair {pair!r}; known: {', '.join(spec.pairs)}")
+    src_lang, tgt_lang = known.split("-")
     return dataset_file(name, split, src_lang, data_dir), dataset_file(name, split, tgt_lang, data_dir)
 
 

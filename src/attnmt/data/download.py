@@ -27,13 +27,15 @@ import threading
 import urllib.error
 from pathlib import Path
 
+from attnmt import environment
 from attnmt.atomic import publish
+from attnmt.config.language_codes import canonical_pair, known_as, one_spelling_each
 from attnmt.errors import DataError
 from attnmt.signals import StopSignals, put_off, stop_point
 
 log = logging.getLogger(__name__)
 
-TIMEOUT_ENV = "ATTNMT_DOWNLOAD_TIMEOUT"
+TIMEOUT_ENV = environment.DOWNLOAD_TIMEOUT.name
 # Seconds a whole file may take: Multi30k's largest file (640 KB) at 2 KB/s; a stalled or trickling
 # server is given up after it.
 DEFAULT_TIMEOUT = 300.0
@@ -47,18 +49,9 @@ def download_timeout() -> float:
     """The whole-file deadline in seconds: ``$ATTNMT_DOWNLOAD_TIMEOUT``, else :data:`DEFAULT_TIMEOUT`.
 
     Raises:
-        DataError: the variable is not a positive finite number.
+        ConfigError: the variable is not a number of :data:`attnmt.ranges.DOWNLOAD_SECONDS`.
     """
-    text = os.environ.get(TIMEOUT_ENV, "").strip()
-    if not text:
-        return DEFAULT_TIMEOUT
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = float("nan")
-    if not 0 < seconds < float("inf"):
-        raise DataError(f"{TIMEOUT_ENV}={text!r}: expected a number of seconds above 0")
-    return seconds
+    return environment.number(environment.DOWNLOAD_TIMEOUT, DEFAULT_TIMEOUT)
 
 
 class _Sockets:
@@ -220,16 +213,24 @@ def download_dataset(name: str, pairs: list[str] | None = None, data_dir: str | 
         DataError: an unknown dataset or pair (the message names those it has), or see :func:`fetch`.
         Interrupted: SIGINT or SIGTERM (no ``.part`` file is left).
     """
-    from attnmt.data.corpus import DATASETS, base_url, cache_dir, sha256_file
+    from attnmt.data.corpus import base_url, cache_dir, dataset_spec, sha256_file
 
-    spec = DATASETS.get(name)
-    if spec is None:
-        raise DataError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
+    spec = dataset_spec(name)
+    try:
+        one_spelling_each(pairs or [], "--pairs", canonical_pair)
+    except ValueError as e:
+        raise DataError(str(e)) from None
+    chosen = []
     for pair in pairs or []:
-        if pair not in spec.pairs:
-            raise DataError(f"dataset {name} has no pair {pair!r}; it has {', '.join(spec.pairs)}")
-    languages = dict.fromkeys(lang for pair in (pairs or spec.pairs) for lang in pair.split("-"))
-    folder = Path(data_dir) / name if data_dir is not None else cache_dir(name)
+        known = known_as(pair, spec.pairs, canonical_pair)
+        if known is None:
+            raise DataError(f"dataset {spec.name} has no pair {pair!r}; it has {', '.join(spec.pairs)}")
+        if known in chosen:
+            raise DataError(f"--pairs names {pair!r} twice: give it once")
+        chosen.append(known)
+    languages = dict.fromkeys(lang for pair in (chosen or spec.pairs) for lang in pair.split("-"))
+    download_timeout(), base_url(spec)  # the environment's settings checked before any file is touched
+    folder = Path(data_dir) / spec.name if data_dir is not None else cache_dir(spec.name)
     files = []
     for split in spec.splits:
         for lang in languages:

@@ -22,11 +22,16 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attnmt import ranges
 from attnmt.atomic import atomic_write
 from attnmt.errors import DataError
 
 FORMAT = "attnmt-prepared-1"  # the on-disk layout of a prepared directory (attnmt.data.shards)
 MANIFEST = "manifest.json"
+TOKEN_DTYPES = ("uint16", "uint32")  # attnmt.data.shards.token_dtype's
+# the fields of a shard's record (attnmt.data.shards.ShardWriter) that are read back, checked when a
+# manifest is read (its token counts are written for the reader's information only)
+SHARD_FIELDS = {"name": str, "pairs": ranges.COUNT}
 
 
 @dataclass
@@ -35,7 +40,7 @@ class FileRecord:
 
     path: str
     bytes: int
-    mtime_ns: int
+    mtime_ns: int = field(metadata={"range": ranges.TIME_NS})
     sha256: str
 
     @classmethod
@@ -58,7 +63,7 @@ class CorpusEntry:
     """
 
     name: str
-    weight: float
+    weight: float = field(metadata={"range": ranges.CORPUS_WEIGHT})
     start: int
     lines: int
     pairs: int
@@ -99,7 +104,7 @@ class TrainRecord:
     lines: int
     pairs: int
     dropped: dict[str, int]
-    shards: list[dict]
+    shards: list[dict] = field(metadata={"items": SHARD_FIELDS})
     corpora: list[CorpusEntry]
 
     @classmethod
@@ -115,7 +120,7 @@ class TrainRecord:
 class SplitRecord:
     """A validation split: its shards, pairs read and kept, drops by filter and its two files."""
 
-    shards: list[dict]
+    shards: list[dict] = field(metadata={"items": SHARD_FIELDS})
     lines: int
     pairs: int
     dropped: dict[str, int]
@@ -168,7 +173,7 @@ class Manifest:
     fingerprint: str = ""
     seconds: float | None = None
     seconds_tokenizers: float | None = None
-    format: int = FORMAT
+    format: str = FORMAT
 
     def split(self, name: str) -> TrainRecord | SplitRecord:
         """The record of split ``name`` ('train', 'valid', 'valid.N').
@@ -240,9 +245,16 @@ class Manifest:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise DataError(f"{path}: not a manifest of format {FORMAT}")
         try:
-            return cls.from_dict(data)
+            manifest = cls.from_dict(data)
         except (KeyError, TypeError, AttributeError) as e:
             raise DataError(f"{path}: not a manifest of format {FORMAT} (missing or malformed {e})") from None
+        try:
+            ranges.check_record(manifest, "")
+            if manifest.token_dtype not in TOKEN_DTYPES:
+                raise ValueError(f"token_dtype {manifest.token_dtype!r} is not one of {', '.join(TOKEN_DTYPES)}")
+        except ValueError as e:
+            raise DataError(f"{path}: {e}; prepare the directory again ('attnmt prepare')") from None
+        return manifest
 
     def compute_fingerprint(self) -> str:
         """SHA-256 of what determines the prepared pairs: the input files' contents (a corpus'

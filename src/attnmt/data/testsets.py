@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attnmt.config.language_codes import canonical_pair, known_as
 from attnmt.data.corpus import DATASETS, dataset_pair_files
+from attnmt.languages import spelling
 from attnmt.errors import DataError
 
 
 def parse_testset(text: str) -> tuple[str, str]:
-    """(dataset, split) of a test set's name ``DATASET:SPLIT``.
+    """(dataset, split) of a test set's name ``DATASET:SPLIT``, as the registry spells them (the
+    name is compared in any case: ``MULTI30K:Test_2016_Flickr``).
 
     Raises:
         DataError: not of that form, an unknown dataset, or a split the dataset lacks (the
@@ -25,20 +28,25 @@ def parse_testset(text: str) -> tuple[str, str]:
     name, colon, split = text.partition(":")
     if not colon or not name or not split:
         raise DataError(f"--testset {text!r}: expected DATASET:SPLIT, e.g. multi30k:test_2016_flickr")
-    spec = DATASETS.get(name)
-    if spec is None:
+    known = known_as(name, DATASETS)
+    if known is None:
         raise DataError(f"--testset {text}: unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
-    if split not in spec.splits:
-        raise DataError(f"--testset {text}: {name} has no set {split!r}; it has {', '.join(spec.splits)}")
-    return name, split
+    spec = DATASETS[known]
+    known_split = known_as(split, spec.splits)
+    if known_split is None:
+        raise DataError(f"--testset {text}: {known} has no set {split!r}; it has {', '.join(spec.splits)}")
+    return known, known_split
 
 
 def _language(side: str, known: list[str], given: str | None, option: str) -> str:
     """The model's one ``side`` language, or ``given`` (checked against ``known``)."""
     if given is not None:
-        if known and given not in known:
+        if not known:
+            return given
+        own = spelling(given, known)
+        if own is None:
             raise DataError(f"{option} {given}: this model's {side} languages are {', '.join(known)}")
-        return given
+        return own
     if len(known) == 1:
         return known[0]
     if not known:
@@ -68,8 +76,8 @@ def resolve_testset(text: str, src_lang: str, tgt_lang: str,
             those it has); a missing local file or a failed download.
     """
     name, split = parse_testset(text)
-    pair = f"{src_lang}-{tgt_lang}"
     pairs = DATASETS[name].pairs
-    if pair not in pairs:
-        raise DataError(f"--testset {text}: {name} has no direction {pair}; it has {', '.join(pairs)}")
+    pair = known_as(f"{src_lang}-{tgt_lang}", pairs, canonical_pair)
+    if pair is None:
+        raise DataError(f"--testset {text}: {name} has no direction {src_lang}-{tgt_lang}; it has {', '.join(pairs)}")
     return dataset_pair_files(name, pair, split, data_dir)

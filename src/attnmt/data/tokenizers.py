@@ -36,11 +36,13 @@ import functools
 import io
 import json
 import random
+import re
 from collections import Counter
 from pathlib import Path
 
 import sentencepiece as spm
 
+from attnmt.config import LANGUAGE
 from attnmt.errors import CheckpointError, ConfigError, DataError
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -276,7 +278,19 @@ class WordTokenizer:
         missing or malformed."""
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
-            return cls(data["words"], data["lang"], data["lowercase"], data["token_filter"])
+            words = data["words"]
+            lang = data["lang"]
+            lowercase = data["lowercase"]
+            token_filter = data["token_filter"]
+            if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+                raise ValueError(f"words {str(words)[:40]!r} is not a list of words")
+            if not isinstance(lang, str) or not re.fullmatch(LANGUAGE, lang):
+                raise ValueError(f"lang {lang!r} is not a language code")
+            if not isinstance(lowercase, bool):
+                raise ValueError(f"lowercase {lowercase!r} is not a boolean")
+            if token_filter not in ("none", "alpha_punct"):
+                raise ValueError(f"token_filter {token_filter!r} is not 'none' or 'alpha_punct'")
+            return cls(words, lang, lowercase, token_filter)
         except FileNotFoundError:
             raise CheckpointError(f"{path}: no such vocabulary") from None
         except (ValueError, KeyError, TypeError) as e:

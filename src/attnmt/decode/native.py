@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from attnmt.config import canonical_name
 from attnmt.data.batching import pad_sequences
 from attnmt.decode.engine import CAPABILITIES, Hypothesis, SearchOptions, check_positions
 from attnmt.device import configure, resolve_device, to_device
@@ -90,6 +91,7 @@ class NativeEngine:
         Raises:
             ValueError: an unknown precision, or going back from int8.
         """
+        precision = canonical_name(precision)
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}; use {', '.join(PRECISIONS)}")
         if self._device.type == "cpu":

@@ -32,10 +32,9 @@ import numpy as np
 import torch
 
 from attnmt import rundir
-from attnmt.config import DEFAULT_ALIGNMENT_LAYER, ModelConfig
+from attnmt.config import DEFAULT_ALIGNMENT_LAYER, ModelConfig, canonical_name
 from attnmt.data.shards import staging_dir
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, UNK_ID
-from attnmt.data.shards import staging_dir
 from attnmt.errors import CheckpointError, library_call
 from attnmt.interop.ctranslate2_engine import all_pieces
 from attnmt.interop.extras import require
@@ -200,6 +199,7 @@ def export_ctranslate2(model_dir: str | Path, output: str | Path, quantization: 
         EnvironmentFailure: the converter raised; ``output`` is left as it was.
     """
     output = Path(output)
+    quantization = None if quantization is None else canonical_name(quantization)
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(f"unknown quantization {quantization!r}; use one of {', '.join(QUANTIZATIONS)}")
     if int8_weight_bits not in (7, 8):

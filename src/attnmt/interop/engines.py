@@ -18,6 +18,7 @@ import importlib
 import os
 from pathlib import Path
 
+from attnmt.config import canonical_name
 from attnmt.decode.engine import UnsupportedOption
 from attnmt.errors import AttnmtError
 from attnmt.decode.translator import Translator
@@ -95,6 +96,7 @@ def open_translator(model_dir: str | Path, engine: str = "native", device: str |
             (or this engine) cannot use.
         AttnmtError: the engine's library is not installed (the ``export`` extra).
     """
+    engine = canonical_name(engine)
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; use {', '.join(ENGINES)}")
     check_count(inter_threads, "inter_threads")

@@ -37,12 +37,16 @@ from pathlib import Path
 
 import torch
 
-from attnmt import rundir
-from attnmt.config import LANGUAGE, Config, DecodeConfig, ModelConfig, TokenizerConfig
+from pydantic import ValidationError
+
+from attnmt import ranges, rundir
+from attnmt.config import (LANGUAGE, Config, DecodeConfig, ModelConfig, TokenizerConfig, canonical_language,
+                           known_as)
 from attnmt.data.shards import staging_dir
 from attnmt.data.tokenizers import EOS_ID, PAD_ID, UNK_ID, VocabTokenizer
 from attnmt.errors import CheckpointError
 from attnmt.interop.extras import require
+from attnmt.interop.marian_config import MarianConfig, read_beam_size, read_marian_config
 from attnmt.model.positional import sinusoidal_table
 from attnmt.model.transformer import Transformer
 
@@ -116,9 +120,12 @@ def vocabulary_order(vocab: dict[str, int], size: int, pad_id: int, eos_id: int)
     Raises:
         CheckpointError: no ``<unk>`` piece, or ids outside [0, V).
     """
+    if not isinstance(vocab, dict):
+        raise CheckpointError("vocab.json is not a JSON object of piece -> id")
     if "<unk>" not in vocab:
         raise CheckpointError("vocab.json has no '<unk>' piece")
-    if any(not 0 <= i < size for i in vocab.values()):
+    ids = ranges.Range(0, size - 1, integer=True)
+    if not all(ids.contains(i) for i in vocab.values()):
         raise CheckpointError(f"vocab.json has ids outside the model's vocabulary of {size}")
     specials = {PAD_ID: pad_id, UNK_ID: vocab["<unk>"], EOS_ID: eos_id}
     taken = set(specials.values())
@@ -137,37 +144,49 @@ def target_languages(pieces: list[str]) -> list[str]:
     if skipped:
         log.warning("left out %d target-language tokens whose codes are not language codes: %s", len(skipped),
                     " ".join(OPUS_TAG.format(code) for code in skipped[:5]))
-    return sorted(set(tagged) - set(skipped))
+    codes = sorted(set(tagged) - set(skipped))
+    kept = [code for code in codes
+            if canonical_language(code) == code or known_as(code, codes, canonical_language) == code]
+    if len(kept) < len(codes):  # >>pt_br<< beside >>pt_BR<<: one language, asked for by its canonical tag
+        log.warning("left out target-language tokens that spell a code kept in another case: %s",
+                    " ".join(OPUS_TAG.format(code) for code in sorted(set(codes) - set(kept))))
+    return kept
 
 
-def model_config(hf: dict, order: list[int]) -> ModelConfig:
+def model_config(hf: MarianConfig, order: list[int]) -> ModelConfig:
     """attnmt's ModelConfig of a MarianMT config.json (``order`` from :func:`vocabulary_order`).
 
     Raises:
-        CheckpointError: a MarianMT variant attnmt cannot represent.
+        CheckpointError: a MarianMT variant attnmt cannot represent, or a value the model
+            section refuses.
     """
-    if hf.get("model_type") != "marian":
-        raise CheckpointError(f"config.json: model_type is {hf.get('model_type')!r}, not 'marian'")
-    if hf["encoder_attention_heads"] != hf["decoder_attention_heads"] or hf["encoder_ffn_dim"] != hf["decoder_ffn_dim"]:
+    if hf.model_type != "marian":
+        raise CheckpointError(f"config.json: model_type is {hf.model_type!r}, not 'marian'")
+    if hf.encoder_attention_heads != hf.decoder_attention_heads or hf.encoder_ffn_dim != hf.decoder_ffn_dim:
         raise CheckpointError("config.json: encoder and decoder with different heads or d_ff are not supported")
-    if hf.get("activation_function", "gelu") not in ACTIVATIONS:
-        raise CheckpointError(f"config.json: activation {hf['activation_function']!r} is not supported")
-    if hf.get("decoder_vocab_size") not in (None, hf["vocab_size"]):
+    if hf.activation_function not in ACTIVATIONS:
+        raise CheckpointError(f"config.json: activation {hf.activation_function!r} is not supported")
+    if hf.decoder_vocab_size not in (None, hf.vocab_size):
         raise CheckpointError("config.json: separate source and target vocabularies are not supported")
     new_id = {m: a for a, m in enumerate(order)}
-    return ModelConfig(
-        d_model=hf["d_model"], num_heads=hf["encoder_attention_heads"], d_ff=hf["encoder_ffn_dim"],
-        num_encoder_layers=hf["encoder_layers"], num_decoder_layers=hf["decoder_layers"],
-        dropout=hf.get("dropout", 0.1), attention_dropout=hf.get("attention_dropout", 0.0),
-        activation_dropout=hf.get("activation_dropout", 0.0), norm_first=False, positional="sinusoidal",
-        positional_layout="halves", max_positions=hf.get("max_position_embeddings", 1024),
-        share_embeddings=hf.get("share_encoder_decoder_embeddings", True),
-        tie_output=hf.get("tie_word_embeddings", True), output_bias=True,
-        activation=ACTIVATIONS[hf.get("activation_function", "gelu")],
-        scale_embeddings=hf.get("scale_embedding", False),
-        decoder_start_id=new_id[hf.get("decoder_start_token_id", hf["pad_token_id"])],
-        forbidden_ids=[PAD_ID],
-    )
+    start = hf.pad_token_id if hf.decoder_start_token_id is None else hf.decoder_start_token_id
+    try:
+        return ModelConfig(
+            d_model=hf.d_model, num_heads=hf.encoder_attention_heads, d_ff=hf.encoder_ffn_dim,
+            num_encoder_layers=hf.encoder_layers, num_decoder_layers=hf.decoder_layers,
+            dropout=hf.dropout, attention_dropout=hf.attention_dropout,
+            activation_dropout=hf.activation_dropout, norm_first=False, positional="sinusoidal",
+            positional_layout="halves", max_positions=hf.max_position_embeddings,
+            share_embeddings=hf.share_encoder_decoder_embeddings,
+            tie_output=hf.tie_word_embeddings, output_bias=True,
+            activation=ACTIVATIONS[hf.activation_function],
+            scale_embeddings=hf.scale_embedding,
+            decoder_start_id=new_id[start],
+            forbidden_ids=[PAD_ID],
+        )
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+        raise CheckpointError(f"config.json: a model attnmt cannot build ({problems})") from None
 
 
 def _attention(out: dict, hf: dict, src: str, dst: str) -> None:
@@ -255,9 +274,9 @@ def import_marian(source: str, output: str | Path) -> Path:
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise CheckpointError(f"{output}: exists and is not empty; choose a new directory")
     path = resolve_source(source)
-    hf = _read_json(path / "config.json")
+    hf = read_marian_config(_read_json(path / "config.json"), path / "config.json")
     vocab = _read_json(path / "vocab.json")
-    order, pieces = vocabulary_order(vocab, hf["vocab_size"], hf["pad_token_id"], hf.get("eos_token_id", 0))
+    order, pieces = vocabulary_order(vocab, hf.vocab_size, hf.pad_token_id, hf.eos_token_id)
     cfg = model_config(hf, order)
     weights = read_weights(path)
     _check_positions(weights, cfg)
@@ -267,7 +286,8 @@ def import_marian(source: str, output: str | Path) -> Path:
     except RuntimeError as e:
         raise CheckpointError(f"{path}: weights do not fit config.json: {e}") from None
     generation = _read_json(path / "generation_config.json") if (path / "generation_config.json").is_file() else {}
-    decode = DecodeConfig(beam_size=generation.get("num_beams") or 4, length_penalty=1.0, length_penalty_k=0.0)
+    beam_size = read_beam_size(generation, path / "generation_config.json")
+    decode = DecodeConfig(beam_size=beam_size or 4, length_penalty=1.0, length_penalty_k=0.0)
     tokenizers = [VocabTokenizer.load_with_vocab(path / name, pieces) for name in ("source.spm", "target.spm")]
     targets = target_languages(pieces)  # none: a bilingual model, its tokenizer section the default
     tokenizer = TokenizerConfig(target_languages=targets, language_tag=OPUS_TAG) if targets else TokenizerConfig()

@@ -50,7 +50,7 @@ import tempfile
 from pathlib import Path
 
 from attnmt import languages, rundir
-from attnmt.config import DEFAULT_ATTENTION_LAYER
+from attnmt.config import DEFAULT_ATTENTION_LAYER, canonical_name
 from attnmt.data.shards import staging_dir
 from attnmt.data.tokenizers import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, VocabTokenizer,
                                     reserved_as_control)
@@ -156,7 +156,7 @@ def export_web(model_dir: str | Path, output: str | Path, quantization: str | No
         AttnmtError: the page is not built (:func:`assets_dir`), onnx/onnxruntime missing (the
             ``export`` extra), or an unknown quantization.
     """
-    quantization = quantization or "float32"
+    quantization = canonical_name(quantization or "float32")
     if quantization not in QUANTIZATIONS:
         raise AttnmtError(f"web export: quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
     model_dir, output = Path(model_dir), Path(output)

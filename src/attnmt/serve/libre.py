@@ -33,6 +33,8 @@ from babel import Locale
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
+from attnmt.config import canonical_language, canonical_name
+from attnmt.languages import spelling
 from attnmt.serve.batcher import Busy
 
 if TYPE_CHECKING:
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
 
 def language_name(code: str) -> str:
     """The English name of a language code (CLDR data through Babel), else the code itself."""
-    return Locale("en").languages.get(code.replace("-", "_"), code)
+    return Locale("en").languages.get(canonical_language(code.replace("-", "_")), code)
 
 
 def not_unicode(texts: list[str], what: str) -> str | None:
@@ -123,7 +125,7 @@ def add_routes(app: FastAPI, state: AppState) -> None:
         problem = not_unicode(texts, "q")
         if problem:
             return _error(400, f"Invalid request: {problem}")
-        detected = source == "auto"
+        detected = canonical_name(source) == "auto"
         if detected and len(service.sources) == 1:
             source = service.sources[0]
         elif detected and service.multilingual:
@@ -131,13 +133,13 @@ def add_routes(app: FastAPI, state: AppState) -> None:
                                f"{', '.join(service.sources)})")
         source, target = service.spelled(source), service.spelled(target)  # 'EN' is the model's 'en'
         for code in (source, target):
-            if code not in service.sources + service.targets:
+            if spelling(code, service.sources + service.targets) is None:
                 return _error(400, f"{code} is not supported")
         if target not in service.targets_of(source):
             return _error(400, f"{language_name(target)} ({target}) is not available as a target language from "
                                f"{language_name(source)} ({source})")
         text_format = fields.get("format") or "text"
-        if text_format != "text":
+        if canonical_name(text_format) != "text":
             return _error(400, f"{text_format} format is not supported")
         lines = [line for text in texts for line in text.splitlines() or [""]]
         s = service.settings

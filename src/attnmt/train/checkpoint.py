@@ -19,18 +19,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 from safetensors.torch import load_file
 
-from attnmt import rundir
+from attnmt import environment, rundir
 from attnmt.config import Config
 from attnmt.errors import CheckpointError
 from attnmt.atomic import atomic_write
 from attnmt.train import distributed
 from attnmt.train.data import CorpusData, signature
+from attnmt.train.trainer import Progress
 
 if TYPE_CHECKING:
     from attnmt.train.trainer import Trainer
@@ -51,20 +53,38 @@ def load_state(path: str | Path) -> dict[str, Any]:
     """Load a training state with ``weights_only=True`` (no code execution).
 
     Raises:
-        CheckpointError: missing or unreadable file.
+        CheckpointError: missing or unreadable file, or a recorded number (the progress, the
+            processes it was saved under) outside its range.
     """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no training state to resume from")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises several types for corrupt files
         raise CheckpointError(f"{path}: unreadable training state: {e}") from None
+    try:
+        if not isinstance(state, dict):
+            raise ValueError("not a training state")
+        Progress.from_dict(state.get("progress"), "")
+        if "world_size" in state:
+            environment.WORLD_SIZE.range.check(state["world_size"], "world_size")
+    except ValueError as e:
+        raise CheckpointError(f"{path}: {e}; resume from another copy or train anew") from None
+    return state
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """N of a ``step_N.safetensors`` file, None for a name of another form (``step_x``, ``step_-1``)."""
+    found = re.fullmatch(r"step_([0-9]{1,18})", path.stem)
+    return None if found is None else int(found.group(1))
 
 
 def step_checkpoints(run_dir: Path) -> list[Path]:
-    """The run's ``checkpoints/step_N.safetensors`` files, oldest step first."""
-    return sorted((run_dir / "checkpoints").glob("step_*.safetensors"), key=lambda p: int(p.stem.split("_")[1]))
+    """The run's ``checkpoints/step_N.safetensors`` files, oldest step first (files of another
+    name beside them are not attnmt's and left alone)."""
+    paths = [p for p in (run_dir / "checkpoints").glob("step_*.safetensors") if checkpoint_step(p) is not None]
+    return sorted(paths, key=checkpoint_step)
 
 
 def average_weights(paths: list[str | Path]) -> dict[str, torch.Tensor]:
@@ -106,7 +126,7 @@ class Checkpoints:
         self.trainer = trainer
         self.steps: list[Path] = []  # the step checkpoints kept for averaging, oldest first
         for path in step_checkpoints(run_dir):
-            if resumed and int(path.stem.split("_")[1]) <= trainer.progress.step:
+            if resumed and checkpoint_step(path) <= trainer.progress.step:
                 self.steps.append(path)
             else:
                 path.unlink()

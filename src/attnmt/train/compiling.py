@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import shutil
 import subprocess
 from typing import Callable
 
 import torch
 
+from attnmt import environment
 from attnmt.errors import EnvironmentFailure, library_call
 
 log = logging.getLogger(__name__)
@@ -62,12 +62,18 @@ def compile_errors() -> tuple[type[BaseException], ...]:
     return (subprocess.CalledProcessError, *(getattr(m, n) for m, n in names if hasattr(m, n)))
 
 
+def _compiler_names() -> list[str]:
+    """The C++ compilers torch.compile may use: ``$CXX`` where set, else g++, c++ or clang++."""
+    cxx = environment.command(environment.CXX)
+    return [cxx] if cxx else ["g++", "c++", "clang++"]
+
+
 def compiler_missing(device: torch.device) -> str | None:
     """Why ``torch.compile`` cannot run here, or None: on CPU the inductor backend builds its
     kernels with a C++ compiler (``$CXX``, else g++, c++ or clang++ on PATH)."""
     if device.type != "cpu":
         return None
-    names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "c++", "clang++"]
+    names = _compiler_names()
     if any(shutil.which(name) for name in names):
         return None
     return "no C++ compiler on PATH (Debian package g++), which torch.compile needs on CPU"
@@ -99,7 +105,7 @@ def check_compiler(device: torch.device) -> None:
     """
     if device.type != "cpu":
         return
-    names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "c++", "clang++"]
+    names = _compiler_names()
     path = next((found for name in names if (found := shutil.which(name))), None)
     if path is None:
         return

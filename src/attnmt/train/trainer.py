@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -40,6 +40,7 @@ from attnmt.evaluate import corpus_scores
 from attnmt.model.dropout import set_rates
 from attnmt.model.transformer import Transformer
 from attnmt.precision import autocast, grad_scaler
+from attnmt.ranges import Range, check_record
 from attnmt.search.batched import native_search
 from attnmt.search.options import SearchOptions
 from attnmt.train import distributed
@@ -52,6 +53,12 @@ from attnmt.train.schedules import curriculum_dropout, expected_updates, learnin
 CHUNKED_LOSS = True  # speed switch (memory): the loss without holding the (N, V) logits (attnmt.train.losses)
 
 
+# the ranges of the recorded scores a resumed state is checked against
+BLEU = Range(0.0, 100.0)
+PERPLEXITY = Range(0.0, float("inf"), infinite=True)  # inf: none yet
+SELECTION_KEY = Range(-float("inf"), float("inf"), infinite=True)  # (BLEU, -perplexity); -inf: none yet
+
+
 @dataclass
 class Progress:
     """Where a run stands; saved in the resumable state."""
@@ -60,17 +67,36 @@ class Progress:
     epoch: int = 0  # 0-based epoch in progress
     batch_in_epoch: int = 0  # batches of that epoch done, by all processes together
     elapsed_seconds: float = 0.0  # wall clock before this process
-    best_bleu: float | None = None
-    best_ppl: float = float("inf")
-    best_key: tuple[float, float] = (-float("inf"), -float("inf"))  # (BLEU, -perplexity)
+    best_bleu: float | None = field(default=None, metadata={"range": BLEU})
+    best_ppl: float = field(default=float("inf"), metadata={"range": PERPLEXITY})
+    best_key: tuple[float, float] = field(default=(-float("inf"), -float("inf")),
+                                          metadata={"range": SELECTION_KEY})  # (BLEU, -perplexity)
     bad_validations: int = 0  # validations since the last improvement
     nonfinite_in_a_row: int = 0  # updates skipped in a row: loss or gradient norm not finite
     nonfinite_total: int = 0  # all updates skipped so far
-    last_valid_bleu: float | None = None  # of the latest validation
+    last_valid_bleu: float | None = field(default=None, metadata={"range": BLEU})  # of the latest validation
     stop_reason: str | None = None  # set when training stopped; the final validation is then done
     finished: bool = False  # the final validation, averaging and the 'done' record are written
     log_bytes: int | None = None  # length of train_log.jsonl when the state was saved
-    expected_steps: float = float("inf")  # updates the time budget is expected to hold (schedule time_budget)
+    # updates the time budget is expected to hold (schedule time_budget)
+    expected_steps: float = field(default=float("inf"), metadata={"range": PERPLEXITY})
+
+    @classmethod
+    def from_dict(cls, saved: dict, where: str) -> Progress:
+        """The progress a saved state holds (:meth:`Trainer.state_dict`), every field checked
+        (:func:`attnmt.ranges.check_record`).
+
+        Raises:
+            ValueError: a field missing, unknown or outside its range ('{where}progress.step ...').
+        """
+        if not isinstance(saved, dict):
+            raise ValueError(f"{where}progress {saved!r} is not a record")
+        names = {f.name for f in fields(cls)}
+        if set(saved) - names or "step" not in saved:
+            raise ValueError(f"{where}progress has the fields {sorted(saved)}, expected {sorted(names)}")
+        progress = cls(**{k: tuple(v) if k == "best_key" and isinstance(v, list) else v for k, v in saved.items()})
+        check_record(progress, f"{where}progress.")
+        return progress
 
 
 class BatchLoss(torch.nn.Module):
@@ -213,9 +239,7 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         if state.get("scaler") and self.scaler.is_enabled():
             self.scaler.load_state_dict(state["scaler"])
-        progress = dict(state["progress"])
-        progress["best_key"] = tuple(progress["best_key"])
-        self.progress = Progress(**progress)
+        self.progress = Progress.from_dict(state["progress"], "")
 
     # ---- one update -------------------------------------------------------------------------
 
