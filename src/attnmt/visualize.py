@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from attnmt.errors import OptionError
 from attnmt.model.positional import sinusoidal_table
 from attnmt.rundir import atomic_write, load_model_dir, read_config
 from attnmt.train.metrics import read_log
@@ -140,7 +141,7 @@ def positional_tables(run_dir: str | Path, max_len: int) -> tuple[list[tuple[str
     config = read_config(run_dir)
     mc = config.model
     if max_len > mc.max_positions:
-        raise ValueError(f"--max-len {max_len} exceeds the model's max_positions {mc.max_positions}")
+        raise OptionError(f"--max-len {max_len} exceeds the model's max_positions {mc.max_positions}")
     name = Path(run_dir).name
     if mc.positional == "sinusoidal" and not mc.positional_scale:
         table = sinusoidal_table(max_len, mc.d_model, mc.positional_layout)

@@ -20,12 +20,14 @@ def native_translator(args: argparse.Namespace):
 def engine_translator(args: argparse.Namespace):
     """The translator of ``--engine``: native (PyTorch), ctranslate2 or onnxruntime; the latter two
     read an export directory (``attnmt export``) given as --model. ``--device`` (default: the
-    model's decode.device) applies to every engine."""
-    from attnmt.interop.engines import check_load_options, open_translator
+    model's decode.device) applies to every engine; it is checked with the precision or compute
+    type before the model is loaded (``attnmt.interop.engines.check_device``)."""
+    from attnmt.interop.engines import check_device, check_load_options, open_translator
 
     engine = getattr(args, "engine", "native")
     check_load_options(engine, {"weights": args.weights, "precision": args.precision, "attention": args.attention,
                                 "compute_type": getattr(args, "compute_type", "default")})
+    check_device(args.model, engine, args.device, getattr(args, "compute_type", "default"), args.precision)
     if engine == "native":
         return native_translator(args)
 

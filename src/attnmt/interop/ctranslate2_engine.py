@@ -20,7 +20,7 @@ from pathlib import Path
 from attnmt import rundir
 from attnmt.data.tokenizers import EOS_ID, Tokenizer
 from attnmt.decode.engine import CORE_OPTIONS, Hypothesis, SearchOptions, check_positions
-from attnmt.errors import CheckpointError, ConfigError, library_call
+from attnmt.errors import CheckpointError, ConfigError, OptionError, library_call
 from attnmt.interop.extras import require
 from attnmt.search.hypothesis import output_length_limits
 from attnmt.search.options import check_count
@@ -51,6 +51,32 @@ def _device_of(name: str) -> tuple[str, int]:
             raise ConfigError(f"device {name}: CTranslate2 sees {gpus} CUDA device(s)")
         return "cuda", index
     raise ConfigError(f"the ctranslate2 engine runs on cpu or cuda[:N], not {name}")
+
+
+# CTranslate2's compute types; which of them a device runs is its get_supported_compute_types
+COMPUTE_TYPES = ("default", "auto", "float32", "float16", "bfloat16", "int8", "int8_float32", "int8_float16",
+                 "int8_bfloat16", "int16")
+
+
+def check_device(device: str, compute_type: str = "default") -> tuple[str, int]:
+    """CTranslate2's (device, device_index) for ``device`` (:func:`_device_of`), once
+    ``compute_type`` is known to run there: what loading the export would find out, checked
+    without loading it.
+
+    Raises:
+        ConfigError: a device CTranslate2 cannot use here.
+        OptionError: an unknown compute type, or one this device has no kernels for (naming
+            those it has).
+    """
+    kind, index = _device_of(device)
+    if compute_type not in COMPUTE_TYPES:
+        raise OptionError(f"--compute-type {compute_type!r}: not a CTranslate2 compute type; use one of "
+                          f"{', '.join(COMPUTE_TYPES)}")
+    supported = ctranslate2.get_supported_compute_types(kind, index)
+    if compute_type not in ("default", "auto") and compute_type not in supported:
+        raise OptionError(f"--compute-type {compute_type}: CTranslate2 on {kind} has no such kernels here; use "
+                          f"one of {', '.join(sorted(supported))} (or default)")
+    return kind, index
 
 
 class CTranslate2Engine:
@@ -102,7 +128,8 @@ class CTranslate2Engine:
             calls from that many threads run in parallel, each on ``threads`` threads).
     Raises:
         CheckpointError: no model.bin in ``export_dir``, or files CTranslate2 cannot load.
-        ConfigError: a device it cannot use.
+        ConfigError: a device it cannot use. OptionError: a compute type it cannot run there
+            (:func:`check_device`).
         ValueError: threads or inter_threads out of range (``attnmt.search.options.check_count``).
     """
 
@@ -120,7 +147,7 @@ class CTranslate2Engine:
                                   "ctranslate2'")
         self.config = rundir.read_config(export_dir)
         self.src_tokenizer, self.tgt_tokenizer = rundir.read_tokenizers(export_dir)
-        kind, index = _device_of(device or self.config.decode.device)
+        kind, index = check_device(device or self.config.decode.device, compute_type)
         try:
             self.translator = ctranslate2.Translator(str(export_dir), device=kind, device_index=index,
                                                      compute_type=compute_type, inter_threads=inter_threads,
