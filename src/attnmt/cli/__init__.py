@@ -8,8 +8,9 @@ debug message). Options are checked by their argparse types (every number has a 
 its help: counts from 1, finite numbers within the bounds of ``attnmt.ranges`` that the
 configuration's keys share) and outputs are checked to be writable before any work starts. A
 failure of the environment (``attnmt.errors.EnvironmentFailure``: a worker process killed, a
-library that raised, a full disk; and memory exhaustion) prints one line the same way and exits
-with status 1.
+library that raised, a full disk, a network that refuses a download; and memory exhaustion) prints
+``attnmt: error: environment: ...`` and exits with status 1; a stop signal exits with 128 + its
+number. ``attnmt.errors.exit_status`` decides each status, in one place.
 Programming errors (bugs) are not caught: they end with Python's traceback.
 
 The commands live by family: ``training`` (train, prepare, train-vectors, distill), ``data``
