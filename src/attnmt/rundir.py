@@ -26,6 +26,7 @@ Library: safetensors, PyYAML.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -51,6 +52,9 @@ WEIGHTS = "model.safetensors"
 JOINT_SPM, SRC_SPM, TGT_SPM = "spm.model", "src.spm.model", "tgt.spm.model"
 SRC_WORDS, TGT_WORDS = "src.vocab.json", "tgt.vocab.json"
 VOCAB = "vocab.json"
+# The first and last lines :func:`write_config` writes around the YAML (comments to a YAML reader)
+CONFIG_FIRST_LINE = "# the configuration of this model, written by attnmt; its last line is '# end'\n"
+CONFIG_LAST_LINE = "# end\n"
 CTRANSLATE2_MODEL = "model.bin"  # written by CTranslate2's converter (attnmt.interop.ctranslate2)
 ONNX_ENCODER = "encoder.onnx"  # the graphs of attnmt.interop.onnx
 ONNX_DECODER_STEP = "decoder_step.onnx"
@@ -58,6 +62,9 @@ ONNX_DECODER_STEP = "decoder_step.onnx"
 # The safetensors metadata key under which :func:`save_weights` records the model section a
 # Transformer's weights were trained as (JSON, the keys of :func:`architecture`).
 ARCHITECTURE = "attnmt_model"
+# The metadata key under which :func:`save_weights` records the SHA-256 of the tensors it wrote
+# (:func:`tensors_digest`), so that a file changed since is refused (:func:`read_weights`).
+DIGEST = "attnmt_sha256"
 
 # Model keys that do not change the function a trained model computes at inference, so that a
 # model directory's config.yaml may change them: the dropout rates act in training only; init,
@@ -139,8 +146,10 @@ def fsync_dir(directory: str | Path) -> None:
 
 
 def write_config(config: Config, run_dir: str | Path) -> None:
-    """Write the validated configuration as ``RUN_DIR/config.yaml``."""
-    text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    """Write the validated configuration as ``RUN_DIR/config.yaml``, between the comment lines
+    :data:`CONFIG_FIRST_LINE` and :data:`CONFIG_LAST_LINE` (by which :func:`read_config` tells a
+    copy cut short)."""
+    text = CONFIG_FIRST_LINE + yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False) + CONFIG_LAST_LINE
     atomic_write(Path(run_dir) / CONFIG, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
@@ -148,7 +157,8 @@ def read_config(run_dir: str | Path) -> Config:
     """The validated ``config.yaml`` of a model directory.
 
     Raises:
-        CheckpointError: the directory or its config.yaml is missing or unreadable.
+        CheckpointError: the directory or its config.yaml is missing or unreadable, or cut short
+            (no final newline, or written by :func:`write_config` and without its last line).
         ConfigError: config.yaml is not YAML (with its line) or does not validate.
     """
     path = Path(run_dir) / CONFIG
@@ -161,7 +171,12 @@ def read_config(run_dir: str | Path) -> Config:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: unreadable: {e}") from None
-    return config_from_yaml(text, path, saved=True)
+    cut_short = text.startswith(CONFIG_FIRST_LINE) and not text.endswith(CONFIG_LAST_LINE)
+    if cut_short or (text and not text.endswith("\n")):
+        raise CheckpointError(f"{path}: cut short (it does not end with the line {CONFIG_LAST_LINE.strip()!r} that "
+                              "attnmt writes last): a damaged copy? Copy the model directory again")
+    config = config_from_yaml(text, path, saved=True)
+    return config
 
 
 def write_tokenizers(run_dir: str | Path, src: Tokenizer | WordTokenizer, tgt: Tokenizer | WordTokenizer) -> None:
@@ -263,9 +278,57 @@ def save_weights(model: nn.Module, path: str | Path, metadata: dict[str, str] | 
 
     from attnmt.model.transformer import Transformer
 
+    from safetensors.torch import load_file, save_file
+
+    metadata = dict(metadata or {})
     if isinstance(model, Transformer):
-        metadata = {**(metadata or {}), ARCHITECTURE: json.dumps(architecture(model.config), sort_keys=True)}
-    atomic_write(path, lambda tmp: save_model(model, tmp, metadata=metadata))
+        metadata[ARCHITECTURE] = json.dumps(architecture(model.config), sort_keys=True)
+
+    def write(tmp: str) -> None:
+        save_model(model, tmp, metadata=metadata)  # tied tensors once, under the names it chooses
+        tensors = load_file(tmp)  # the tensors as the file holds them, for their digest
+        save_file(tensors, tmp, metadata={**metadata, DIGEST: tensors_digest(tensors)})
+
+    atomic_write(path, write)
+
+
+def tensors_digest(tensors: dict) -> str:
+    """The hex SHA-256 of named tensors (name, dtype, shape and bytes of each, by name): what
+    :func:`save_weights` records under :data:`DIGEST`."""
+    import torch
+
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def read_weights(path: str | Path) -> tuple[dict, dict[str, str]]:
+    """The tensors (name -> CPU tensor) and metadata of a safetensors weights file, refused where
+    it is not one or where its tensors are no longer those :func:`save_weights` recorded
+    (:data:`DIGEST`; files written without the record pass).
+
+    Raises:
+        CheckpointError: naming ``path``: missing, empty, truncated, not safetensors, or changed
+            since it was written.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such weights file")
+    try:
+        with safe_open(str(path), "pt") as f:
+            metadata = f.metadata() or {}
+            tensors = {name: f.get_tensor(name) for name in f.keys()}
+    except (SafetensorError, OSError, RuntimeError) as e:
+        raise CheckpointError(f"{path}: not a readable safetensors file (empty, truncated or another format?): "
+                              f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    recorded = metadata.get(DIGEST)
+    if recorded is not None and recorded != tensors_digest(tensors):
+        raise CheckpointError(f"{path}: the weights changed since attnmt wrote them (their SHA-256 differs from the "
+                              "one recorded): a damaged copy? Copy or train the model again")
+    return tensors, metadata
 
 
 def check_architecture(cfg: ModelConfig, path: str | Path, config_file: str | Path | None = None) -> None:
@@ -314,8 +377,9 @@ def load_weights(model: nn.Module, path: str | Path, config_file: str | Path | N
         config_file: where the model's configuration was read from, for the error
             (default: the config.yaml beside ``path``).
     Raises:
-        CheckpointError: missing, empty, truncated or non-safetensors file, a configuration that
-            differs from the one the weights record, or names/shapes that do not fit the model.
+        CheckpointError: missing, empty, truncated or non-safetensors file, tensors changed
+            since they were written (:func:`read_weights`), a configuration that differs from the
+            one the weights record, or names/shapes that do not fit the model.
     """
     from safetensors.torch import load_model
 
@@ -326,6 +390,7 @@ def load_weights(model: nn.Module, path: str | Path, config_file: str | Path | N
         raise CheckpointError(f"{path}: no such weights file")
     if isinstance(model, Transformer):
         check_architecture(model.config, path, config_file)
+    read_weights(path)  # readable, and the tensors it recorded
     try:
         missing, unexpected = load_model(model, str(path), strict=False)
     except (SafetensorError, OSError) as e:

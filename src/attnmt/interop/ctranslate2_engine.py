@@ -153,8 +153,9 @@ class CTranslate2Engine:
                                                      compute_type=compute_type, inter_threads=inter_threads,
                                                      intra_threads=threads)
         except RuntimeError as e:  # a truncated model.bin, a broken config.json or vocabulary
-            raise CheckpointError(f"{export_dir}: CTranslate2 cannot load this export ({str(e).splitlines()[0]}); "
-                                  "export it again with 'attnmt export ctranslate2'") from None
+            raise CheckpointError(f"{Path(export_dir) / rundir.CTRANSLATE2_MODEL}: CTranslate2 cannot load this export "
+                                  f"({str(e).splitlines()[0]}); export it again with 'attnmt export ctranslate2'"
+                                  ) from None
         self._forbidden = [self.tgt_tokenizer.pieces([i]) for i in self.config.model.forbidden_ids]
         self._src_pieces = all_pieces(self.src_tokenizer)
         self._eos_piece = self.tgt_tokenizer.pieces([EOS_ID])[0]
