@@ -129,7 +129,7 @@ def user_env(tmp_path: Path, upstream: Upstream, **extra: str) -> dict[str, str]
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), ATTNMT_MULTI30K_URL=upstream.url,
-               PYTHONPATH=str(REPO), **extra)
+               PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]), **extra)  # this tree's attnmt
     return env
 
 
