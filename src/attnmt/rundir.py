@@ -6,7 +6,7 @@
     RUN_DIR/vocab.json         with src.spm.model and tgt.spm.model: the shared vocabulary of an
                                imported MarianMT model (a JSON list, the piece of each id)
     RUN_DIR/model.safetensors  the weights translation uses, with the model section they were
-                               trained as in their metadata (:data:`ARCHITECTURE`)
+                               trained as in their metadata (:data:`attnmt.weights.ARCHITECTURE`)
 
 An export for another engine keeps config.yaml and the tokenizers and holds, in place of the
 weights, CTranslate2's model.bin (:data:`CTRANSLATE2_MODEL`) or the ONNX graphs encoder.onnx
@@ -19,14 +19,13 @@ and renamed into place (:func:`atomic_write`), so a crash leaves the old file or
 never a torn one. Loading never executes code from a file: weights are safetensors and YAML is
 read with ``yaml.safe_load``. Loading weights refuses a config.yaml whose model section no longer
 says what they were trained as (a hand edit such as num_heads 8 -> 4 keeps every weight shape
-and would otherwise load as another function): :func:`check_architecture`.
+and would otherwise load as another function): :func:`attnmt.weights.check_architecture`.
 
 Library: safetensors, PyYAML.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -41,6 +40,8 @@ from safetensors import SafetensorError, safe_open
 from attnmt.config import Config, ModelConfig, canonical_language, config_from_yaml
 from attnmt.data.tokenizers import Tokenizer, VocabTokenizer, WordTokenizer
 from attnmt.errors import CheckpointError, ConfigError, write_error
+from attnmt.weights import (ARCHITECTURE, DIGEST, INFERENCE_FREE_KEYS, architecture, check_architecture,  # noqa: F401
+                            read_weights, tensors_digest)
 
 if TYPE_CHECKING:  # PyTorch is imported by the functions that build or load a model, so that the
     from torch import nn  # engines without it (CTranslate2) read config.yaml and the tokenizers here
@@ -58,20 +59,6 @@ CONFIG_LAST_LINE = "# end\n"
 CTRANSLATE2_MODEL = "model.bin"  # written by CTranslate2's converter (attnmt.interop.ctranslate2)
 ONNX_ENCODER = "encoder.onnx"  # the graphs of attnmt.interop.onnx
 ONNX_DECODER_STEP = "decoder_step.onnx"
-
-# The safetensors metadata key under which :func:`save_weights` records the model section a
-# Transformer's weights were trained as (JSON, the keys of :func:`architecture`).
-ARCHITECTURE = "attnmt_model"
-# The metadata key under which :func:`save_weights` records the SHA-256 of the tensors it wrote
-# (:func:`tensors_digest`), so that a file changed since is refused (:func:`read_weights`).
-DIGEST = "attnmt_sha256"
-
-# Model keys that do not change the function a trained model computes at inference, so that a
-# model directory's config.yaml may change them: the dropout rates act in training only; init,
-# the pretrained vectors and freeze_embeddings act when training starts.
-INFERENCE_FREE_KEYS = frozenset({"dropout", "attention_dropout", "activation_dropout", "time_shared_dropout",
-                                 "init", "src_vectors", "tgt_vectors", "freeze_embeddings"})
-
 
 def writes_in_place(path: str | Path) -> bool:
     """Whether ``path`` names an existing device, pipe or socket (``/dev/null``, ``/dev/stdout``
@@ -265,15 +252,9 @@ def model_languages(model_dir: str | Path) -> tuple[str | None, str | None]:
     return (canonical_language(match.group(1)), canonical_language(match.group(2))) if match else languages
 
 
-def architecture(cfg: ModelConfig) -> dict:
-    """The keys of a model section that fix what its weights compute (all but
-    :data:`INFERENCE_FREE_KEYS`), as JSON values: what :func:`save_weights` records."""
-    return {k: v for k, v in cfg.model_dump(mode="json").items() if k not in INFERENCE_FREE_KEYS}
-
-
 def save_weights(model: nn.Module, path: str | Path, metadata: dict[str, str] | None = None) -> None:
     """Write the model's parameters as safetensors (tied tensors stored once), atomically; for a
-    :class:`Transformer`, with its :func:`architecture` under the metadata key :data:`ARCHITECTURE`."""
+    :class:`Transformer`, with its :func:`attnmt.weights.architecture` under the metadata key :data:`attnmt.weights.ARCHITECTURE`."""
     from safetensors.torch import save_model
 
     from attnmt.model.transformer import Transformer
@@ -292,85 +273,9 @@ def save_weights(model: nn.Module, path: str | Path, metadata: dict[str, str] | 
     atomic_write(path, write)
 
 
-def tensors_digest(tensors: dict) -> str:
-    """The hex SHA-256 of named tensors (name, dtype, shape and bytes of each, by name): what
-    :func:`save_weights` records under :data:`DIGEST`."""
-    import torch
-
-    digest = hashlib.sha256()
-    for name in sorted(tensors):
-        tensor = tensors[name].detach().cpu().contiguous()
-        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
-
-
-def read_weights(path: str | Path) -> tuple[dict, dict[str, str]]:
-    """The tensors (name -> CPU tensor) and metadata of a safetensors weights file, refused where
-    it is not one or where its tensors are no longer those :func:`save_weights` recorded
-    (:data:`DIGEST`; files written without the record pass).
-
-    Raises:
-        CheckpointError: naming ``path``: missing, empty, truncated, not safetensors, or changed
-            since it was written.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such weights file")
-    try:
-        with safe_open(str(path), "pt") as f:
-            metadata = f.metadata() or {}
-            tensors = {name: f.get_tensor(name) for name in f.keys()}
-    except (SafetensorError, OSError, RuntimeError) as e:
-        raise CheckpointError(f"{path}: not a readable safetensors file (empty, truncated or another format?): "
-                              f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    recorded = metadata.get(DIGEST)
-    if recorded is not None and recorded != tensors_digest(tensors):
-        raise CheckpointError(f"{path}: the weights changed since attnmt wrote them (their SHA-256 differs from the "
-                              "one recorded): a damaged copy? Copy or train the model again")
-    return tensors, metadata
-
-
-def check_architecture(cfg: ModelConfig, path: str | Path, config_file: str | Path | None = None) -> None:
-    """Refuse a model section that differs from the one the weights file ``path`` records
-    (:data:`ARCHITECTURE`) in a key that changes the function (not :data:`INFERENCE_FREE_KEYS`).
-    Weights written before the record existed, or by other tools, have none and pass (their
-    shapes are still checked by :func:`load_weights`); keys only one side knows are skipped, so
-    a key added to ModelConfig later does not refuse older weights.
-
-    Args:
-        config_file: the configuration ``cfg`` was read from, named in the error (default: the
-            config.yaml beside ``path``).
-    Raises:
-        CheckpointError: naming ``config_file``, each differing key with both values, and ``path``;
-            or ``path`` is not a readable safetensors file.
-    """
-    path = Path(path)
-    config_file = config_file if config_file is not None else path.with_name(CONFIG)
-    try:
-        with safe_open(str(path), "pt") as f:
-            recorded = (f.metadata() or {}).get(ARCHITECTURE)
-    except (SafetensorError, OSError) as e:
-        raise CheckpointError(f"{path}: not a readable safetensors file (empty, truncated or another format?): "
-                              f"{e}") from None
-    if recorded is None:
-        return
-    try:
-        trained = json.loads(recorded)
-    except json.JSONDecodeError:
-        raise CheckpointError(f"{path}: its {ARCHITECTURE} metadata is not JSON") from None
-    now = architecture(cfg)
-    differing = [f"model.{k} is {json.dumps(now[k])} but the weights were trained with {json.dumps(trained[k])}"
-                 for k in sorted(now) if k in trained and now[k] != trained[k]]
-    if differing:
-        raise CheckpointError(f"{config_file}: does not match the weights {path}: {'; '.join(differing)}; was it "
-                              "edited after training? Restore these values (only the dropout rates, init, "
-                              "src_vectors, tgt_vectors and freeze_embeddings may change)")
-
-
 def load_weights(model: nn.Module, path: str | Path, config_file: str | Path | None = None) -> None:
     """Load safetensors weights into ``model`` (strict: every parameter must match); for a
-    :class:`Transformer`, first :func:`check_architecture` of its configuration against the
+    :class:`Transformer`, first :func:`attnmt.weights.check_architecture` of its configuration against the
     record in the file.
 
     Args:
@@ -378,7 +283,7 @@ def load_weights(model: nn.Module, path: str | Path, config_file: str | Path | N
             (default: the config.yaml beside ``path``).
     Raises:
         CheckpointError: missing, empty, truncated or non-safetensors file, tensors changed
-            since they were written (:func:`read_weights`), a configuration that differs from the
+            since they were written (``attnmt.weights.read_weights``), a configuration that differs from the
             one the weights record, or names/shapes that do not fit the model.
     """
     from safetensors.torch import load_model
@@ -406,7 +311,7 @@ def check_model_dir(run_dir: str | Path, weights: str | Path | None = None
                     ) -> tuple[Config, Tokenizer | WordTokenizer, Tokenizer | WordTokenizer, Path]:
     """The checks of :func:`load_model_dir` that need no model built: config.yaml, the
     tokenizers, and a weights file whose recorded architecture config.yaml still matches
-    (:func:`check_architecture`; its header only is read). Returns (config, source tokenizer,
+    (:func:`attnmt.weights.check_architecture`; its header only is read). Returns (config, source tokenizer,
     target tokenizer, weights path); ``attnmt serve`` calls it before starting.
 
     Raises:
