@@ -254,7 +254,9 @@ def model_languages(model_dir: str | Path) -> tuple[str | None, str | None]:
 
 def save_weights(model: nn.Module, path: str | Path, metadata: dict[str, str] | None = None) -> None:
     """Write the model's parameters as safetensors (tied tensors stored once), atomically; for a
-    :class:`Transformer`, with its :func:`attnmt.weights.architecture` under the metadata key :data:`attnmt.weights.ARCHITECTURE`."""
+    :class:`Transformer`, with its :func:`attnmt.weights.architecture` under the metadata key
+    :data:`attnmt.weights.ARCHITECTURE`; and the SHA-256 of the tensors written
+    (:data:`attnmt.weights.DIGEST`), by which a file changed since is refused."""
     from safetensors.torch import save_model
 
     from attnmt.model.transformer import Transformer
