@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import errno
+import json
 import signal
 from pathlib import Path
 
@@ -80,6 +81,8 @@ def test_signals_memory_and_the_system_have_their_status():
     assert exit_status(type("OutOfMemoryError", (RuntimeError,), {})("CUDA out of memory")) == 1
     assert exit_status(OSError(errno.ENOSPC, "No space left on device")) == 1
     assert exit_status(PermissionError(errno.EACCES, "Permission denied", "/x")) == 2
+    assert exit_status(json.JSONDecodeError("Expecting value", "{", 1)) == 2  # a user's file a library read
+    assert exit_status(UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")) == 2
     for bug in (ValueError("x"), RuntimeError("x"), KeyError("x"), TypeError("x"), AssertionError()):
         assert exit_status(bug) is None, bug
 

@@ -23,6 +23,7 @@ checks an option's value), never a bare ``ValueError``.
 from __future__ import annotations
 
 import errno
+import json
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -123,6 +124,10 @@ EXIT_STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (EnvironmentFailure, 1),
     (MemoryError, 1),
     (AttnmtError, 2),
+    # bytes that are not UTF-8, text that is not JSON: a file of the user's that a library read
+    # without naming it (the places attnmt reads a file name it; these are a net below them)
+    (UnicodeDecodeError, 2),
+    (json.JSONDecodeError, 2),
 )
 USER_ERROR, ENVIRONMENT_FAILURE = 2, 1
 
@@ -130,8 +135,9 @@ USER_ERROR, ENVIRONMENT_FAILURE = 2, 1
 def exit_status(error: BaseException) -> int | None:
     """The exit status for ``error``: 1 for a failure of the environment (:class:`EnvironmentFailure`,
     ``MemoryError``, ``torch.OutOfMemoryError``, an ``OSError`` whose errno is in
-    :data:`ENVIRONMENT_ERRNOS`), 2 for the user's input (:class:`AttnmtError`, any other ``OSError``:
-    a path that does not exist or may not be read), 128 + N for stop signal N
+    :data:`ENVIRONMENT_ERRNOS`), 2 for the user's input (:class:`AttnmtError`; bytes that are not
+    UTF-8 or text that is not JSON; any other ``OSError``: a path that does not exist or may not
+    be read), 128 + N for stop signal N
     (``attnmt.signals.Interrupted``'s ``exit_code``) and 130 for ``KeyboardInterrupt``; None for
     anything else, a bug, which keeps its traceback."""
     if isinstance(error, Interrupted):

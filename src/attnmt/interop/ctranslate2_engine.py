@@ -15,12 +15,14 @@ Library: ctranslate2 (``pip install 'attnmt[export]'``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from attnmt import rundir
 from attnmt.data.tokenizers import EOS_ID, Tokenizer
 from attnmt.decode.engine import CORE_OPTIONS, Hypothesis, SearchOptions, check_positions
-from attnmt.errors import CheckpointError, ConfigError, OptionError, library_call
+from attnmt.errors import CheckpointError, ConfigError, OptionError, first_line, library_call
 from attnmt.interop.extras import require
 from attnmt.search.hypothesis import output_length_limits
 from attnmt.search.options import check_count
@@ -284,12 +286,19 @@ class CTranslate2Engine:
         return [list(r.log_probs) for r in scored]
 
 
-def _ctranslate2(call: str):
+@contextmanager
+def _ctranslate2(call: str) -> Iterator[None]:
     """The boundary of a call into CTranslate2's translator: its ``RuntimeError`` (a failed
     allocation, a kernel that fails on this machine) becomes ``EnvironmentFailure``; its
-    ``ValueError`` (an option it refuses) stays the user's error."""
-    return library_call(f"CTranslate2 ({call})", "translate with --engine native, or export the model again with "
-                        "'attnmt export ctranslate2'", RuntimeError)
+    ``ValueError`` (an option it refuses) becomes ``OptionError``, the user's error."""
+    try:
+        with library_call(f"CTranslate2 ({call})", "translate with --engine native, or export the model again with "
+                          "'attnmt export ctranslate2'", RuntimeError):
+            yield
+    except ValueError as e:
+        if isinstance(e, OptionError):
+            raise
+        raise OptionError(f"CTranslate2 ({call}) refused an option: {first_line(e)}") from e
 
 
 def _body(pieces: list[str], eos: str) -> list[str]:
