@@ -124,7 +124,7 @@ def _message(error: BaseException, status: int) -> str:
         detail = "" if isinstance(error, MemoryError) else f" ({one_line(str(error))[:200]})"
         return f"error: environment: {OUT_OF_MEMORY}{detail}"
     if isinstance(error, OSError) and not isinstance(error, (AttnmtError, EnvironmentFailure)):
-        text = f"{error.filename + ': ' if error.filename else ''}{error.strerror or error}"
+        text = f"{str(error.filename) + ': ' if error.filename else ''}{error.strerror or error}"
     else:
         text = one_line(str(error))
     return f"error: environment: {text}" if status == ENVIRONMENT_FAILURE else f"error: {text}"
