@@ -74,7 +74,7 @@ def resolve_data(args) -> Path:
         BenchError: ``--data`` missing or without ``multi30k/``; the download failed (offline).
     """
     from attnmt.data.corpus import dataset_file
-    from attnmt.errors import DataError
+    from attnmt.errors import DataError, NetworkFailure
 
     if args.data is not None and not Path(args.data).is_dir():
         raise BenchError(f"--data {args.data}: no such folder (the folder holding multi30k/, or ATTNMT_DATA)")
@@ -83,7 +83,7 @@ def resolve_data(args) -> Path:
     try:
         files = [dataset_file("multi30k", split, lang, args.data) for split in ("train", "val", "test_2016_flickr")
                  for lang in ("de", "en")]
-    except DataError as e:
+    except (DataError, NetworkFailure) as e:
         raise BenchError(f"no Multi30k (give --data DIR or set ATTNMT_DATA, the folder holding multi30k/): {e}") from None
     return files[0].parents[1]
 

@@ -1,6 +1,7 @@
 """The errors attnmt raises for what is not a bug in attnmt; the CLI prints each as one line, no traceback.
 
-Two kinds, told apart by the exit status (``attnmt.cli.main``):
+Two kinds, told apart by the exit status, which :func:`exit_status` decides for every command
+(``attnmt.cli.main`` prints the one line and returns it):
 
 * :class:`AttnmtError`: the user's input, configuration or files are wrong (exit status 2): the
   message names the file or option and the problem.
@@ -8,17 +9,25 @@ Two kinds, told apart by the exit status (``attnmt.cli.main``):
   status 1): a worker process killed, a C++ compiler that does not work under ``torch.compile``,
   an engine library (CTranslate2, ONNX Runtime, the ONNX exporter, gensim) that raised, a full
   disk. The message names what failed and what to do. Each place where attnmt hands work to a
-  library or another process raises it through :func:`library_call`; memory exhaustion
-  (``MemoryError``) is mapped in the CLI itself, wherever it happens.
+  library or another process raises it through :func:`library_call`; a network that refuses or
+  drops a download is one too (:class:`NetworkFailure`); so are memory exhaustion
+  (``MemoryError``, ``torch.OutOfMemoryError``) and an ``OSError`` of the disk
+  (:data:`ENVIRONMENT_ERRNOS`), wherever they happen.
 
-A bug in attnmt itself is neither: it keeps Python's traceback.
+A stop signal is a third outcome (``attnmt.signals.Interrupted``: 128 + the signal's number, 130
+after Ctrl-C). A bug in attnmt itself is none of these: it keeps Python's traceback, so the
+places that user input reaches raise a class of this module (:class:`OptionError` where the code
+checks an option's value), never a bare ``ValueError``.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 from contextlib import contextmanager
 from typing import Iterator
+
+from attnmt.signals import Interrupted
 
 
 class AttnmtError(Exception):
@@ -45,6 +54,13 @@ class TrainingError(AttnmtError):
     """Training cannot go on (e.g. too many non-finite updates in a row); the run is resumable."""
 
 
+class OptionError(AttnmtError, ValueError):
+    """An option's or a setting's value that the code refuses (nbest above the beam size, an
+    unknown precision, a layer the model lacks), wherever it was given: on the command line, in a
+    configuration, in a request. A ``ValueError`` too, so that pydantic's validators and the
+    server's 400 answers take it as one."""
+
+
 class EnvironmentFailure(Exception):
     """The environment failed, not the input and not attnmt (module docstring): the message
     names what failed and what to do. Not an :class:`AttnmtError`, so that code which answers a
@@ -54,6 +70,11 @@ class EnvironmentFailure(Exception):
 class DiskFull(WriteError, EnvironmentFailure):
     """A write failed for want of space (``ENOSPC``, ``EDQUOT``) or by an I/O error of the device
     (``EIO``): a :class:`WriteError` that the CLI reports as a failure of the environment."""
+
+
+class NetworkFailure(EnvironmentFailure):
+    """A server that cannot be reached, refuses the connection, drops it or sends nothing in time:
+    the network or the server, not the user's input."""
 
 
 ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})  # the disk, not the user's choice of path
@@ -95,3 +116,39 @@ def library_call(what: str, hint: str, errors: type[BaseException] | tuple[type[
         raise
     except errors as e:
         raise EnvironmentFailure(f"{what} failed: {first_line(e)}; {hint}") from e
+
+
+# The exit status of each kind of failure (module docstring); the first class an error is an
+# instance of decides, so DiskFull (a WriteError and an EnvironmentFailure) exits 1.
+EXIT_STATUS: tuple[tuple[type[BaseException], int], ...] = (
+    (EnvironmentFailure, 1),
+    (MemoryError, 1),
+    (AttnmtError, 2),
+    # bytes that are not UTF-8, text that is not JSON: a file of the user's that a library read
+    # without naming it (the places attnmt reads a file name it; these are a net below them)
+    (UnicodeDecodeError, 2),
+    (json.JSONDecodeError, 2),
+)
+USER_ERROR, ENVIRONMENT_FAILURE = 2, 1
+
+
+def exit_status(error: BaseException) -> int | None:
+    """The exit status for ``error``: 1 for a failure of the environment (:class:`EnvironmentFailure`,
+    ``MemoryError``, ``torch.OutOfMemoryError``, an ``OSError`` whose errno is in
+    :data:`ENVIRONMENT_ERRNOS`), 2 for the user's input (:class:`AttnmtError`; bytes that are not
+    UTF-8 or text that is not JSON; any other ``OSError``: a path that does not exist or may not
+    be read), 128 + N for stop signal N
+    (``attnmt.signals.Interrupted``'s ``exit_code``) and 130 for ``KeyboardInterrupt``; None for
+    anything else, a bug, which keeps its traceback."""
+    if isinstance(error, Interrupted):
+        return error.exit_code
+    if isinstance(error, KeyboardInterrupt):
+        return 130
+    for kind, status in EXIT_STATUS:
+        if isinstance(error, kind):
+            return status
+    if type(error).__name__ == "OutOfMemoryError":  # torch's, a RuntimeError: a GPU's memory
+        return ENVIRONMENT_FAILURE
+    if isinstance(error, OSError):
+        return ENVIRONMENT_FAILURE if error.errno in ENVIRONMENT_ERRNOS else USER_ERROR
+    return None

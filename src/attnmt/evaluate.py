@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from sacrebleu.metrics import BLEU, CHRF
 
+from attnmt.errors import OptionError
+
 
 def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
     """BLEU and chrF of detokenized hypotheses against one reference each.
@@ -29,7 +31,7 @@ def corpus_scores(hypotheses: list[str], references: list[str]) -> dict:
         ValueError: different numbers of hypotheses and references.
     """
     if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+        raise OptionError(f"{len(hypotheses)} hypotheses but {len(references)} references")
     bleu, chrf = BLEU(), CHRF()
     b = bleu.corpus_score(hypotheses, [references])
     c = chrf.corpus_score(hypotheses, [references])
@@ -54,7 +56,7 @@ def tokenized_bleu(hypotheses: list[list[str]], references: list[list[str]]) -> 
         ValueError: different numbers of hypotheses and references.
     """
     if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+        raise OptionError(f"{len(hypotheses)} hypotheses but {len(references)} references")
     bleu = BLEU(tokenize="none", smooth_method="none", force=True)
     b = bleu.corpus_score([" ".join(h) for h in hypotheses], [[" ".join(r) for r in references]])
     return {"bleu": b.score, "bleu_signature": str(bleu.get_signature()), "bleu_detail": str(b)}

@@ -24,6 +24,7 @@ import logging
 
 import torch
 
+from attnmt.errors import OptionError
 from attnmt.names import canonical_name
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ def effective_precision(precision: str, what: str = "training") -> str:
     """
     precision = canonical_name(precision)
     if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; use {', '.join(PRECISIONS)}")
+        raise OptionError(f"unknown precision {precision!r}; use {', '.join(PRECISIONS)}")
     if precision != "bf16" or cpu_bf16_is_fast():
         return precision
     if what not in _warned:
@@ -100,7 +101,7 @@ def training_precision(precision: str, device_type: str) -> str:
     """
     precision = canonical_name(precision)
     if precision not in TRAINING_PRECISIONS:
-        raise ValueError(f"unknown training precision {precision!r}; use {', '.join(TRAINING_PRECISIONS)}")
+        raise OptionError(f"unknown training precision {precision!r}; use {', '.join(TRAINING_PRECISIONS)}")
     chosen = precision
     if device_type == "cpu":
         chosen = "fp32" if precision == "fp16" else effective_precision(precision, "training")

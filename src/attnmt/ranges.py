@@ -21,6 +21,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ValidationInfo, field_validator
 
+from attnmt.errors import OptionError
+
 # The largest count an engine's library takes: CTranslate2's and ONNX Runtime's thread counts and
 # PyTorch's ``set_num_threads`` are C ints, and a beam size, hypothesis count or length limit past
 # it is no search any machine can hold (CTranslate2's size_t arguments refuse more than 2**64 - 1).
@@ -82,7 +84,7 @@ class Range:
             ValueError: '{name} {value!r} is out of range: use {describe()}'.
         """
         if not self.contains(value):
-            raise ValueError(f"{name} {value!r} is out of range: use {self.describe()}")
+            raise OptionError(f"{name} {value!r} is out of range: use {self.describe()}")
         return int(value) if self.integer else float(value)
 
     def bounds(self) -> dict[str, float]:
@@ -182,7 +184,7 @@ class NoBooleanNumbers(BaseModel):
     @classmethod
     def _not_a_boolean(cls, value: Any, info: ValidationInfo) -> Any:
         if _holds_boolean(value) and numbers_only(cls.model_fields[info.field_name].annotation):
-            raise ValueError("a boolean is not a number (YAML reads true, false, on, off, yes and no as booleans)")
+            raise OptionError("a boolean is not a number (YAML reads true, false, on, off, yes and no as booleans)")
         return value
 
 

@@ -6,7 +6,7 @@
     RUN_DIR/vocab.json         with src.spm.model and tgt.spm.model: the shared vocabulary of an
                                imported MarianMT model (a JSON list, the piece of each id)
     RUN_DIR/model.safetensors  the weights translation uses, with the model section they were
-                               trained as in their metadata (:data:`ARCHITECTURE`)
+                               trained as in their metadata (:data:`attnmt.weights.ARCHITECTURE`)
 
 An export for another engine keeps config.yaml and the tokenizers and holds, in place of the
 weights, CTranslate2's model.bin (:data:`CTRANSLATE2_MODEL`) or the ONNX graphs encoder.onnx
@@ -19,7 +19,7 @@ and renamed into place (:func:`attnmt.atomic.atomic_write`), so a crash leaves t
 never a torn one. Loading never executes code from a file: weights are safetensors and YAML is
 read with ``yaml.safe_load``. Loading weights refuses a config.yaml whose model section no longer
 says what they were trained as (a hand edit such as num_heads 8 -> 4 keeps every weight shape
-and would otherwise load as another function): :func:`check_architecture`.
+and would otherwise load as another function): :func:`attnmt.weights.check_architecture`.
 
 Library: safetensors, PyYAML.
 """
@@ -36,9 +36,11 @@ import yaml
 from safetensors import SafetensorError, safe_open
 
 from attnmt.atomic import atomic_write
-from attnmt.config import Config, ModelConfig, canonical_language, config_from_yaml
+from attnmt.config import Config, canonical_language, config_from_yaml
 from attnmt.data.tokenizers import Tokenizer, VocabTokenizer, WordTokenizer
 from attnmt.errors import CheckpointError, ConfigError
+from attnmt.weights import (ARCHITECTURE, DIGEST, INFERENCE_FREE_KEYS, architecture, check_architecture,  # noqa: F401
+                            read_weights, tensors_digest)
 
 if TYPE_CHECKING:  # PyTorch is imported by the functions that build or load a model, so that the
     from torch import nn  # engines without it (CTranslate2) read config.yaml and the tokenizers here
@@ -50,24 +52,19 @@ WEIGHTS = "model.safetensors"
 JOINT_SPM, SRC_SPM, TGT_SPM = "spm.model", "src.spm.model", "tgt.spm.model"
 SRC_WORDS, TGT_WORDS = "src.vocab.json", "tgt.vocab.json"
 VOCAB = "vocab.json"
+# The first and last lines :func:`write_config` writes around the YAML (comments to a YAML reader)
+CONFIG_FIRST_LINE = "# the configuration of this model, written by attnmt; its last line is '# end'\n"
+CONFIG_LAST_LINE = "# end\n"
 CTRANSLATE2_MODEL = "model.bin"  # written by CTranslate2's converter (attnmt.interop.ctranslate2)
 ONNX_ENCODER = "encoder.onnx"  # the graphs of attnmt.interop.onnx
 ONNX_DECODER_STEP = "decoder_step.onnx"
 
-# The safetensors metadata key under which :func:`save_weights` records the model section a
-# Transformer's weights were trained as (JSON, the keys of :func:`architecture`).
-ARCHITECTURE = "attnmt_model"
-
-# Model keys that do not change the function a trained model computes at inference, so that a
-# model directory's config.yaml may change them: the dropout rates act in training only; init,
-# the pretrained vectors and freeze_embeddings act when training starts.
-INFERENCE_FREE_KEYS = frozenset({"dropout", "attention_dropout", "activation_dropout", "time_shared_dropout",
-                                 "init", "src_vectors", "tgt_vectors", "freeze_embeddings"})
-
 
 def write_config(config: Config, run_dir: str | Path) -> None:
-    """Write the validated configuration as ``RUN_DIR/config.yaml``."""
-    text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    """Write the validated configuration as ``RUN_DIR/config.yaml``, between the comment lines
+    :data:`CONFIG_FIRST_LINE` and :data:`CONFIG_LAST_LINE` (by which :func:`read_config` tells a
+    copy cut short)."""
+    text = CONFIG_FIRST_LINE + yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False) + CONFIG_LAST_LINE
     atomic_write(Path(run_dir) / CONFIG, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
@@ -75,7 +72,8 @@ def read_config(run_dir: str | Path) -> Config:
     """The validated ``config.yaml`` of a model directory.
 
     Raises:
-        CheckpointError: the directory or its config.yaml is missing or unreadable.
+        CheckpointError: the directory or its config.yaml is missing or unreadable, or cut short
+            (no final newline, or written by :func:`write_config` and without its last line).
         ConfigError: config.yaml is not YAML (with its line) or does not validate.
     """
     path = Path(run_dir) / CONFIG
@@ -88,7 +86,12 @@ def read_config(run_dir: str | Path) -> Config:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: unreadable: {e}") from None
-    return config_from_yaml(text, path, saved=True)
+    cut_short = text.startswith(CONFIG_FIRST_LINE) and not text.endswith(CONFIG_LAST_LINE)
+    if cut_short or (text and not text.endswith("\n")):
+        raise CheckpointError(f"{path}: cut short (it does not end with the line {CONFIG_LAST_LINE.strip()!r} that "
+                              "attnmt writes last): a damaged copy? Copy the model directory again")
+    config = config_from_yaml(text, path, saved=True)
+    return config
 
 
 def write_tokenizers(run_dir: str | Path, src: Tokenizer | WordTokenizer, tgt: Tokenizer | WordTokenizer) -> None:
@@ -177,72 +180,41 @@ def model_languages(model_dir: str | Path) -> tuple[str | None, str | None]:
     return (canonical_language(match.group(1)), canonical_language(match.group(2))) if match else languages
 
 
-def architecture(cfg: ModelConfig) -> dict:
-    """The keys of a model section that fix what its weights compute (all but
-    :data:`INFERENCE_FREE_KEYS`), as JSON values: what :func:`save_weights` records."""
-    return {k: v for k, v in cfg.model_dump(mode="json").items() if k not in INFERENCE_FREE_KEYS}
-
-
 def save_weights(model: nn.Module, path: str | Path, metadata: dict[str, str] | None = None) -> None:
     """Write the model's parameters as safetensors (tied tensors stored once), atomically; for a
-    :class:`Transformer`, with its :func:`architecture` under the metadata key :data:`ARCHITECTURE`."""
+    :class:`Transformer`, with its :func:`attnmt.weights.architecture` under the metadata key
+    :data:`attnmt.weights.ARCHITECTURE`; and the SHA-256 of the tensors written
+    (:data:`attnmt.weights.DIGEST`), by which a file changed since is refused."""
     from safetensors.torch import save_model
 
     from attnmt.model.transformer import Transformer
 
+    from safetensors.torch import load_file, save_file
+
+    metadata = dict(metadata or {})
     if isinstance(model, Transformer):
-        metadata = {**(metadata or {}), ARCHITECTURE: json.dumps(architecture(model.config), sort_keys=True)}
-    atomic_write(path, lambda tmp: save_model(model, tmp, metadata=metadata), failures=(SafetensorError,))
+        metadata[ARCHITECTURE] = json.dumps(architecture(model.config), sort_keys=True)
 
+    def write(tmp: str) -> None:
+        save_model(model, tmp, metadata=metadata)  # tied tensors once, under the names it chooses
+        tensors = load_file(tmp)  # the tensors as the file holds them, for their digest
+        save_file(tensors, tmp, metadata={**metadata, DIGEST: tensors_digest(tensors)})
 
-def check_architecture(cfg: ModelConfig, path: str | Path, config_file: str | Path | None = None) -> None:
-    """Refuse a model section that differs from the one the weights file ``path`` records
-    (:data:`ARCHITECTURE`) in a key that changes the function (not :data:`INFERENCE_FREE_KEYS`).
-    Weights written before the record existed, or by other tools, have none and pass (their
-    shapes are still checked by :func:`load_weights`); keys only one side knows are skipped, so
-    a key added to ModelConfig later does not refuse older weights.
-
-    Args:
-        config_file: the configuration ``cfg`` was read from, named in the error (default: the
-            config.yaml beside ``path``).
-    Raises:
-        CheckpointError: naming ``config_file``, each differing key with both values, and ``path``;
-            or ``path`` is not a readable safetensors file.
-    """
-    path = Path(path)
-    config_file = config_file if config_file is not None else path.with_name(CONFIG)
-    try:
-        with safe_open(str(path), "pt") as f:
-            recorded = (f.metadata() or {}).get(ARCHITECTURE)
-    except (SafetensorError, OSError) as e:
-        raise CheckpointError(f"{path}: not a readable safetensors file (empty, truncated or another format?): "
-                              f"{e}") from None
-    if recorded is None:
-        return
-    try:
-        trained = json.loads(recorded)
-    except json.JSONDecodeError:
-        raise CheckpointError(f"{path}: its {ARCHITECTURE} metadata is not JSON") from None
-    now = architecture(cfg)
-    differing = [f"model.{k} is {json.dumps(now[k])} but the weights were trained with {json.dumps(trained[k])}"
-                 for k in sorted(now) if k in trained and now[k] != trained[k]]
-    if differing:
-        raise CheckpointError(f"{config_file}: does not match the weights {path}: {'; '.join(differing)}; was it "
-                              "edited after training? Restore these values (only the dropout rates, init, "
-                              "src_vectors, tgt_vectors and freeze_embeddings may change)")
+    atomic_write(path, write, failures=(SafetensorError,))
 
 
 def load_weights(model: nn.Module, path: str | Path, config_file: str | Path | None = None) -> None:
     """Load safetensors weights into ``model`` (strict: every parameter must match); for a
-    :class:`Transformer`, first :func:`check_architecture` of its configuration against the
+    :class:`Transformer`, first :func:`attnmt.weights.check_architecture` of its configuration against the
     record in the file.
 
     Args:
         config_file: where the model's configuration was read from, for the error
             (default: the config.yaml beside ``path``).
     Raises:
-        CheckpointError: missing, empty, truncated or non-safetensors file, a configuration that
-            differs from the one the weights record, or names/shapes that do not fit the model.
+        CheckpointError: missing, empty, truncated or non-safetensors file, tensors changed
+            since they were written (``attnmt.weights.read_weights``), a configuration that differs from the
+            one the weights record, or names/shapes that do not fit the model.
     """
     from safetensors.torch import load_model
 
@@ -253,6 +225,7 @@ def load_weights(model: nn.Module, path: str | Path, config_file: str | Path | N
         raise CheckpointError(f"{path}: no such weights file")
     if isinstance(model, Transformer):
         check_architecture(model.config, path, config_file)
+    read_weights(path)  # readable, and the tensors it recorded
     try:
         missing, unexpected = load_model(model, str(path), strict=False)
     except (SafetensorError, OSError) as e:
@@ -268,7 +241,7 @@ def check_model_dir(run_dir: str | Path, weights: str | Path | None = None
                     ) -> tuple[Config, Tokenizer | WordTokenizer, Tokenizer | WordTokenizer, Path]:
     """The checks of :func:`load_model_dir` that need no model built: config.yaml, the
     tokenizers, and a weights file whose recorded architecture config.yaml still matches
-    (:func:`check_architecture`; its header only is read). Returns (config, source tokenizer,
+    (:func:`attnmt.weights.check_architecture`; its header only is read). Returns (config, source tokenizer,
     target tokenizer, weights path); ``attnmt serve`` calls it before starting.
 
     Raises:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from attnmt.errors import DataError, OptionError
 from attnmt.model.positional import sinusoidal_table
 from attnmt.atomic import atomic_write
 from attnmt.rundir import load_model_dir, read_config
@@ -106,12 +107,16 @@ def plot_training(run_dir: str | Path, path: str | Path) -> None:
     """Draw training loss, learning rate, validation perplexity and BLEU against updates.
 
     Raises:
-        DataError: an unreadable ``train_log.jsonl``. WriteError: ``path`` cannot be written.
+        DataError: an unreadable ``train_log.jsonl``, or one without a training or validation
+            record. WriteError: ``path`` cannot be written.
     """
     records = read_training_log(run_dir)
     train = [r for r in records if r.get("kind") == "train" and isinstance(r.get("step"), (int, float))]
     valid = [r for r in records if r.get("kind") == "valid" and isinstance(r.get("step"), (int, float))
              and r.get("valid_ppl") is not None]
+    if not train and not valid:  # an empty log: a picture of nothing would hide it
+        raise DataError(f"{Path(run_dir) / 'train_log.jsonl'}: no training or validation record to draw (empty, or "
+                        "not attnmt's log?)")
     fig = _figure(11, 7)
     panels = [
         ("training loss (label-smoothed, per token)", train, "loss"),
@@ -147,7 +152,7 @@ def positional_tables(run_dir: str | Path, max_len: int) -> tuple[list[tuple[str
     config = read_config(run_dir)
     mc = config.model
     if max_len > mc.max_positions:
-        raise ValueError(f"--max-len {max_len} exceeds the model's max_positions {mc.max_positions}")
+        raise OptionError(f"--max-len {max_len} exceeds the model's max_positions {mc.max_positions}")
     name = Path(run_dir).name
     if mc.positional == "sinusoidal" and not mc.positional_scale:
         table = sinusoidal_table(max_len, mc.d_model, mc.positional_layout)

@@ -8,8 +8,9 @@ debug message). Options are checked by their argparse types (every number has a 
 its help: counts from 1, finite numbers within the bounds of ``attnmt.ranges`` that the
 configuration's keys share) and outputs are checked to be writable before any work starts. A
 failure of the environment (``attnmt.errors.EnvironmentFailure``: a worker process killed, a
-library that raised, a full disk; and memory exhaustion) prints one line the same way and exits
-with status 1.
+library that raised, a full disk, a network that refuses a download; and memory exhaustion) prints
+``attnmt: error: environment: ...`` and exits with status 1; a stop signal exits with 128 + its
+number. ``attnmt.errors.exit_status`` decides each status, in one place.
 Programming errors (bugs) are not caught: they end with Python's traceback.
 
 The commands live by family: ``training`` (train, prepare, train-vectors, distill), ``data``
@@ -29,7 +30,7 @@ import sys
 
 from attnmt import torchrun
 from attnmt.cli import data, interop, plots, serving, training, translating
-from attnmt.errors import ENVIRONMENT_ERRNOS, AttnmtError, EnvironmentFailure
+from attnmt.errors import ENVIRONMENT_FAILURE, AttnmtError, EnvironmentFailure, exit_status
 from attnmt.oneline import one_line
 from attnmt.signals import Interrupted
 
@@ -102,32 +103,28 @@ def main(argv: list[str] | None = None) -> int:
     tune_allocator()
     try:
         return args.func(args)
-    except Interrupted as e:  # a stop signal during staged work: nothing half-written is left
-        log.debug("the stop's traceback", exc_info=True)
-        print(f"attnmt: {one_line(str(e))}", file=sys.stderr)
-        return e.exit_code
-    except EnvironmentFailure as e:  # the machine or a library failed (before AttnmtError: DiskFull is both)
-        log.debug("the failure's traceback", exc_info=True)
-        print(f"attnmt: error: {one_line(str(e))}", file=sys.stderr)
-        return 1
-    except (AttnmtError, ValueError) as e:  # ValueError: option values the library refuses (nbest > beam)
-        log.debug("the error's traceback", exc_info=True)
-        print(f"attnmt: error: {one_line(str(e))}", file=sys.stderr)
-        return 2
-    except OSError as e:  # the system refused a read or write not caught where it happened
-        log.debug("the error's traceback", exc_info=True)
-        print(f"attnmt: error: {e.filename + ': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
-        return 1 if e.errno in ENVIRONMENT_ERRNOS else 2
-    except MemoryError:
-        log.debug("the failure's traceback", exc_info=True)
-        print(f"attnmt: error: {OUT_OF_MEMORY}", file=sys.stderr)
-        return 1
-    except RuntimeError as e:  # torch.OutOfMemoryError (a GPU's memory) is a RuntimeError
-        if type(e).__name__ != "OutOfMemoryError":
+    except BaseException as e:  # noqa: BLE001 -- exit_status decides; a bug (None) is raised again
+        status = exit_status(e)
+        if status is None:
             raise
-        log.debug("the failure's traceback", exc_info=True)
-        print(f"attnmt: error: {OUT_OF_MEMORY} ({one_line(str(e))[:200]})", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("attnmt: interrupted", file=sys.stderr)
-        return 130
+        log.debug("the traceback", exc_info=True)
+        print(f"attnmt: {_message(e, status)}", file=sys.stderr)
+        return status
+
+
+def _message(error: BaseException, status: int) -> str:
+    """The one line for ``error`` ending with exit ``status`` (:func:`attnmt.errors.exit_status`):
+    'error: ...' for the user's input, 'error: environment: ...' for a failure of the machine, a
+    library or the network, the stop's own words for a signal."""
+    if isinstance(error, Interrupted):
+        return one_line(str(error))
+    if isinstance(error, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
+        detail = "" if isinstance(error, MemoryError) else f" ({one_line(str(error))[:200]})"
+        return f"error: environment: {OUT_OF_MEMORY}{detail}"
+    if isinstance(error, OSError) and not isinstance(error, (AttnmtError, EnvironmentFailure)):
+        text = f"{str(error.filename) + ': ' if error.filename else ''}{error.strerror or error}"
+    else:
+        text = one_line(str(error))
+    return f"error: environment: {text}" if status == ENVIRONMENT_FAILURE else f"error: {text}"

@@ -25,6 +25,7 @@ ATTENTION_TITLES = {"source": "encoder-decoder attention", "encoder": "encoder s
 
 
 def cmd_plot_attention(args: argparse.Namespace) -> int:
+    from attnmt.rundir import read_config
     from attnmt.visualize import plot_attention
 
     if (args.sentence is None) == (args.input is None):
@@ -34,14 +35,12 @@ def cmd_plot_attention(args: argparse.Namespace) -> int:
     else:
         check_output_file(args.output, "--output")
     sentences = [args.sentence] if args.sentence is not None else [s for s in read_input(args.input) if s.strip()]
-    tr = native_translator(args)
-    if args.self_attention == "encoder":
-        num_layers = tr.config.model.num_encoder_layers
-    else:
-        num_layers = tr.config.model.num_decoder_layers
+    model = read_config(args.model).model  # the layers the model has, before it is loaded
+    num_layers = model.num_encoder_layers if args.self_attention == "encoder" else model.num_decoder_layers
     layer = args.layer if args.layer is not None else min(DEFAULT_ATTENTION_LAYER, num_layers)
     if not 1 <= layer <= num_layers:
         raise AttnmtError(f"--layer must be between 1 and {num_layers}")
+    tr = native_translator(args)
     output = Path(args.output)
     results = tr.translate(sentences, beam_size=args.beam_size, batch_size=args.batch_size, tgt_lang=args.tgt_lang)
     if args.input is not None:  # after every check of the input: a refused command makes no folder

@@ -48,17 +48,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _check_engine_files(args: argparse.Namespace) -> None:
     """Before ``serve`` starts: the files its engine will load are there (native: config.yaml,
     the tokenizers and weights it still describes, ``rundir.check_model_dir``; ctranslate2 and
-    onnxruntime: the export's model files), so that a mistake ends in one line now rather than in
-    a server answering every request with 500.
+    onnxruntime: the export's model files), and the device, precision and compute type can be
+    used on this machine (``attnmt.interop.engines.check_device``), so that a mistake ends in one
+    line now rather than in a server answering every request with 500.
 
     Raises:
-        AttnmtError: a file missing or not matching config.yaml.
+        AttnmtError: a file missing or not matching config.yaml, a device or precision this
+            machine or engine cannot honour.
     """
     from attnmt import rundir
 
+    from attnmt.interop.engines import check_device, check_load_options
+
     engine = getattr(args, "engine", "native")
+    check_load_options(engine, {"weights": args.weights, "precision": args.precision, "attention": args.attention,
+                                "compute_type": getattr(args, "compute_type", "default")})
     if engine == "native":
         rundir.check_model_dir(args.model, args.weights)
+    check_device(args.model, engine, args.device, getattr(args, "compute_type", "default"), args.precision)
+    if engine == "native":
         return
     export = {"ctranslate2": ("ctranslate2", [rundir.CTRANSLATE2_MODEL]),
               "onnxruntime": ("onnx", [rundir.ONNX_ENCODER, rundir.ONNX_DECODER_STEP])}

@@ -81,6 +81,9 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, _overrides(args))
     check_output_dir(args.output, "--output")
+    from attnmt.device import resolve_device
+
+    resolve_device(config.train.device)  # the student's device: refused now, not after the teacher has translated
     teacher = with_stopping_options(engine_translator(args), args)
     decode = teacher.config.decode.model_copy(update={k: v for k, v in (
         ("beam_size", args.beam_size), ("length_penalty", args.length_penalty), ("batch_size", args.batch_size))

@@ -9,8 +9,11 @@ import argparse
 
 
 def native_translator(args: argparse.Namespace):
-    """The native engine's translator (``attnmt.interop.engines.open_translator``)."""
-    from attnmt.interop.engines import open_translator
+    """The native engine's translator (``attnmt.interop.engines.open_translator``), its device
+    and precision checked before the model is loaded (``attnmt.interop.engines.check_device``)."""
+    from attnmt.interop.engines import check_device, open_translator
+
+    check_device(args.model, "native", args.device, precision=args.precision)
 
     return open_translator(args.model, "native", args.device, threads=args.threads or 0, weights=args.weights,
                            precision=args.precision, attention=args.attention,
@@ -20,14 +23,16 @@ def native_translator(args: argparse.Namespace):
 def engine_translator(args: argparse.Namespace):
     """The translator of ``--engine``: native (PyTorch), ctranslate2 or onnxruntime; the latter two
     read an export directory (``attnmt export``) given as --model. ``--device`` (default: the
-    model's decode.device) applies to every engine."""
-    from attnmt.interop.engines import check_load_options, open_translator
+    model's decode.device) applies to every engine; it is checked with the precision or compute
+    type before the model is loaded (``attnmt.interop.engines.check_device``)."""
+    from attnmt.interop.engines import check_device, check_load_options, open_translator
 
     engine = getattr(args, "engine", "native")
     check_load_options(engine, {"weights": args.weights, "precision": args.precision, "attention": args.attention,
                                 "compute_type": getattr(args, "compute_type", "default")})
     if engine == "native":
         return native_translator(args)
+    check_device(args.model, engine, args.device, getattr(args, "compute_type", "default"), args.precision)
 
     return open_translator(args.model, engine, args.device, threads=args.threads or 0, compute_type=args.compute_type,
                            inter_threads=getattr(args, "inter_threads", 1))

@@ -30,7 +30,7 @@ from pathlib import Path
 from attnmt import environment
 from attnmt.atomic import publish
 from attnmt.config.language_codes import canonical_pair, known_as, one_spelling_each
-from attnmt.errors import DataError
+from attnmt.errors import ENVIRONMENT_ERRNOS, DataError, NetworkFailure, write_error
 from attnmt.signals import StopSignals, put_off, stop_point
 
 log = logging.getLogger(__name__)
@@ -128,8 +128,10 @@ def fetch(url: str, dest: Path, sha256: str, *, progress: bool | None = None) ->
         sha256: the expected hex digest.
         progress: a tqdm bar on stderr: True, False, or None (on a terminal only).
     Raises:
-        DataError: one line naming the URL and the reason: unreachable, an HTTP error (404), an
-            HTML page, a checksum mismatch (both digests), the deadline passed, or a write error.
+        DataError: one line naming the URL and the reason: an HTTP error (404: the mirror has no
+            such file), an HTML page, a checksum mismatch (both digests).
+        NetworkFailure: the server unreachable, the connection refused or cut, the deadline passed.
+        WriteError: ``dest``'s folder cannot be written (``DiskFull`` for a full disk).
         Interrupted: SIGINT or SIGTERM arrived (the ``.part`` file is removed first).
     """
     seconds = download_timeout()
@@ -157,10 +159,12 @@ def fetch(url: str, dest: Path, sha256: str, *, progress: bool | None = None) ->
             raise DataError(f"cannot download {url} (HTTP {e.code} {e.reason}: the server has no such file; "
                             f"{MIRROR_HINT})") from None
         except (OSError, http.client.HTTPException) as e:
+            if isinstance(e, OSError) and (e.filename or e.errno in ENVIRONMENT_ERRNOS):  # the disk, not the network
+                raise write_error(f"{e.filename or dest}: cannot write: {e.strerror or e}", e) from None
             reason = getattr(e, "reason", None) or e
             if sockets.expired or isinstance(e, TimeoutError):
                 reason = f"no complete file within {seconds:g} seconds; {TIMEOUT_ENV} sets the limit"
-            raise DataError(f"cannot download {url} ({reason}); {OFFLINE_HINT}") from None
+            raise NetworkFailure(f"cannot download {url} ({reason}); {OFFLINE_HINT}") from None
         finally:
             watchdog.cancel()
             if tmp is not None and os.path.exists(tmp):

@@ -43,6 +43,7 @@ from attnmt.data.corpus import sha256_file  # noqa: F401  (re-exported: the mani
 from attnmt.data.manifest import Manifest
 from attnmt.errors import DataError, WriteError, write_error
 
+AGAIN = "prepare the data again (attnmt prepare, or delete the folder and train)"
 SHARD_PAIRS = 2_000_000  # pairs per shard at most: files of a few hundred MB
 VALID_REFS = "valid.ref.txt"
 
@@ -245,10 +246,12 @@ class ShardedCorpus:
         self.dtype = np.dtype(manifest.token_dtype)
         self.corpora = getattr(info, "corpora", [])
         self.dropped = info.dropped
-        self.shards = [self._open(entry["name"], entry["pairs"]) for entry in info.shards]
+        self.shards = [self._open(entry["name"], entry["pairs"],
+                                  (entry["src_tokens"], entry["tgt_tokens"]) if "src_tokens" in entry else None)
+                       for entry in info.shards]
         self.starts = np.cumsum([0] + [e["pairs"] for e in info.shards])
 
-    def _open(self, name: str, pairs: int) -> Shard:
+    def _open(self, name: str, pairs: int, tokens_recorded: tuple[int, int] | None = None) -> Shard:
         path = self.directory / name
         shard = Shard(ShardFile(Path(f"{path}.src.bin"), self.dtype),
                       ShardFile(Path(f"{path}.src.idx.npy"), np.int64, npy=True),
@@ -256,10 +259,24 @@ class ShardedCorpus:
                       ShardFile(Path(f"{path}.tgt.idx.npy"), np.int64, npy=True),
                       ShardFile(Path(f"{path}.len.npy"), np.int32, npy=True))
         if shard.lengths.length != 2 * pairs:
-            raise DataError(f"{path}.len.npy: {shard.lengths.length // 2} pairs, the manifest says {pairs}")
-        for tokens, offsets in ((shard.src, shard.src_idx), (shard.tgt, shard.tgt_idx)):
-            if offsets.length != pairs + 1 or offsets.read(pairs, 1)[0] != tokens.length:
-                raise DataError(f"{path}: token files and offsets disagree (truncated shard?)")
+            raise DataError(f"{path}.len.npy: {shard.lengths.length // 2} pairs, the manifest says {pairs}; "
+                            f"{AGAIN}")
+        lengths = shard.lengths.read(0, 2 * pairs).reshape(-1, 2)
+        for side, (tokens, offsets) in enumerate(((shard.src, shard.src_idx), (shard.tgt, shard.tgt_idx))):
+            name = ("src", "tgt")[side]
+            if offsets.length != pairs + 1:
+                raise DataError(f"{path}.{name}.idx.npy: {offsets.length} offsets for {pairs} pairs (truncated?); "
+                                f"{AGAIN}")
+            if offsets.read(pairs, 1)[0] != tokens.length:
+                raise DataError(f"{path}.{name}.bin: {tokens.length} tokens, its offsets say "
+                                f"{offsets.read(pairs, 1)[0]} (truncated?); {AGAIN}")
+            if tokens_recorded is not None and int(lengths[:, side].sum()) != tokens_recorded[side]:
+                raise DataError(f"{path}.len.npy: {int(lengths[:, side].sum())} {name} tokens, the manifest says "
+                                f"{tokens_recorded[side]} (changed since it was written?); {AGAIN}")
+            starts = offsets.read(0, pairs + 1)
+            if starts[0] != 0 or not np.array_equal(np.diff(starts), lengths[:, side]):
+                raise DataError(f"{path}.{name}.idx.npy: offsets that disagree with {path.name}.len.npy (changed "
+                                f"since it was written?); {AGAIN}")
         return shard
 
     def __len__(self) -> int:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from attnmt.errors import OptionError
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER
 from attnmt.data.tokenizers import EOS_ID
 
@@ -94,7 +95,7 @@ def alignment_layer(layer: int | None, num_layers: int) -> int:
     """
     layer = min(DEFAULT_ALIGNMENT_LAYER, num_layers) if layer is None else layer
     if not 1 <= layer <= num_layers:
-        raise ValueError(f"the alignment layer must be between 1 and {num_layers}, got {layer}")
+        raise OptionError(f"the alignment layer must be between 1 and {num_layers}, got {layer}")
     return layer
 
 

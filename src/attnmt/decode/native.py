@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from attnmt.config import canonical_name
+from attnmt.errors import OptionError
 from attnmt.data.batching import pad_sequences
 from attnmt.decode.engine import CAPABILITIES, Hypothesis, SearchOptions, check_positions
 from attnmt.device import configure, resolve_device, to_device
@@ -75,7 +76,7 @@ class NativeEngine:
         """
         device = resolve_device(name)
         if device.type != "cpu" and self._precision == "int8":
-            raise ValueError("int8 (dynamically quantised) models run on the CPU only")
+            raise OptionError("int8 (dynamically quantised) models run on the CPU only")
         configure(device)
         self.model.to(device)
         self._device = device
@@ -93,13 +94,13 @@ class NativeEngine:
         """
         precision = canonical_name(precision)
         if precision not in PRECISIONS:
-            raise ValueError(f"unknown precision {precision!r}; use {', '.join(PRECISIONS)}")
+            raise OptionError(f"unknown precision {precision!r}; use {', '.join(PRECISIONS)}")
         if self._device.type == "cpu":
             precision = effective_precision(precision, "translation")
         if self._precision == "int8" and precision != "int8":
-            raise ValueError("an int8-quantised model cannot be converted back; load it again")
+            raise OptionError("an int8-quantised model cannot be converted back; load it again")
         if precision == "int8" and self._device.type != "cpu":
-            raise ValueError("int8 (dynamic quantisation) runs on the CPU only; use --device cpu")
+            raise OptionError("int8 (dynamic quantisation) runs on the CPU only; use --device cpu")
         if precision == "int8" and self._precision != "int8":
             from torch.ao.quantization import quantize_dynamic
 
@@ -116,7 +117,7 @@ class NativeEngine:
             ValueError: another kind.
         """
         if kind not in ("explicit", "fused"):
-            raise ValueError(f"unknown attention kind {kind!r}; use explicit or fused")
+            raise OptionError(f"unknown attention kind {kind!r}; use explicit or fused")
         self.model.set_fused_attention(encoder=kind == "fused", decoder=kind == "fused")
         self.attention_kind = kind
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from attnmt.data.tokenizers import UNK_ID, Tokenizer
+from attnmt.errors import OptionError
 from attnmt.search.constraints import constraints_fit
 from attnmt.search.hypothesis import output_length_limits
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from attnmt.decode.engine import SearchOptions
 
 
-class ConstraintError(ValueError):
+class ConstraintError(OptionError):
     """A constraint phrase the target vocabulary cannot spell: it encodes to no token (only
     characters the tokenizer drops), or to the unknown token, which the output would then show.
 

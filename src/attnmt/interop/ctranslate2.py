@@ -35,7 +35,7 @@ from attnmt import rundir
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER, ModelConfig, canonical_name
 from attnmt.data.shards import staging_dir
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, UNK_ID
-from attnmt.errors import CheckpointError, library_call
+from attnmt.errors import CheckpointError, OptionError, library_call
 from attnmt.interop.ctranslate2_engine import all_pieces
 from attnmt.interop.extras import require
 from attnmt.model.transformer import Transformer
@@ -142,7 +142,7 @@ def quantize_int8_rows(weight: np.ndarray, bits: int = 7) -> tuple[np.ndarray, n
         ValueError: bits not 7 or 8.
     """
     if bits not in (7, 8):
-        raise ValueError(f"int8 weights take 7 or 8 bits, not {bits}")
+        raise OptionError(f"int8 weights take 7 or 8 bits, not {bits}")
     qmax = np.float32(2 ** (bits - 1) - 1)
     amax = np.abs(weight).max(axis=1).astype(np.float32)
     # a zero row (e.g. the padding id's embedding) divides qmax by itself: scale 1, no overflow
@@ -201,9 +201,9 @@ def export_ctranslate2(model_dir: str | Path, output: str | Path, quantization: 
     output = Path(output)
     quantization = None if quantization is None else canonical_name(quantization)
     if quantization is not None and quantization not in QUANTIZATIONS:
-        raise ValueError(f"unknown quantization {quantization!r}; use one of {', '.join(QUANTIZATIONS)}")
+        raise OptionError(f"unknown quantization {quantization!r}; use one of {', '.join(QUANTIZATIONS)}")
     if int8_weight_bits not in (7, 8):
-        raise ValueError(f"int8 weights take 7 or 8 bits, not {int8_weight_bits}")
+        raise OptionError(f"int8 weights take 7 or 8 bits, not {int8_weight_bits}")
     if output.exists() and any(output.iterdir()):
         raise CheckpointError(f"{output}: exists and is not empty; choose a new directory")
     rundir.read_config(model_dir)  # a missing or invalid model directory fails before any writing

@@ -15,12 +15,14 @@ Library: ctranslate2 (``pip install 'attnmt[export]'``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from attnmt import rundir
 from attnmt.data.tokenizers import EOS_ID, Tokenizer
 from attnmt.decode.engine import CORE_OPTIONS, Hypothesis, SearchOptions, check_positions
-from attnmt.errors import CheckpointError, ConfigError, library_call
+from attnmt.errors import CheckpointError, ConfigError, OptionError, first_line, library_call
 from attnmt.interop.extras import require
 from attnmt.search.hypothesis import output_length_limits
 from attnmt.search.options import check_count
@@ -51,6 +53,32 @@ def _device_of(name: str) -> tuple[str, int]:
             raise ConfigError(f"device {name}: CTranslate2 sees {gpus} CUDA device(s)")
         return "cuda", index
     raise ConfigError(f"the ctranslate2 engine runs on cpu or cuda[:N], not {name}")
+
+
+# CTranslate2's compute types; which of them a device runs is its get_supported_compute_types
+COMPUTE_TYPES = ("default", "auto", "float32", "float16", "bfloat16", "int8", "int8_float32", "int8_float16",
+                 "int8_bfloat16", "int16")
+
+
+def check_device(device: str, compute_type: str = "default") -> tuple[str, int]:
+    """CTranslate2's (device, device_index) for ``device`` (:func:`_device_of`), once
+    ``compute_type`` is known to run there: what loading the export would find out, checked
+    without loading it.
+
+    Raises:
+        ConfigError: a device CTranslate2 cannot use here.
+        OptionError: an unknown compute type, or one this device has no kernels for (naming
+            those it has).
+    """
+    kind, index = _device_of(device)
+    if compute_type not in COMPUTE_TYPES:
+        raise OptionError(f"--compute-type {compute_type!r}: not a CTranslate2 compute type; use one of "
+                          f"{', '.join(COMPUTE_TYPES)}")
+    supported = ctranslate2.get_supported_compute_types(kind, index)
+    if compute_type not in ("default", "auto") and compute_type not in supported:
+        raise OptionError(f"--compute-type {compute_type}: CTranslate2 on {kind} has no such kernels here; use "
+                          f"one of {', '.join(sorted(supported))} (or default)")
+    return kind, index
 
 
 class CTranslate2Engine:
@@ -102,7 +130,8 @@ class CTranslate2Engine:
             calls from that many threads run in parallel, each on ``threads`` threads).
     Raises:
         CheckpointError: no model.bin in ``export_dir``, or files CTranslate2 cannot load.
-        ConfigError: a device it cannot use.
+        ConfigError: a device it cannot use. OptionError: a compute type it cannot run there
+            (:func:`check_device`).
         ValueError: threads or inter_threads out of range (``attnmt.search.options.check_count``).
     """
 
@@ -120,14 +149,15 @@ class CTranslate2Engine:
                                   "ctranslate2'")
         self.config = rundir.read_config(export_dir)
         self.src_tokenizer, self.tgt_tokenizer = rundir.read_tokenizers(export_dir)
-        kind, index = _device_of(device or self.config.decode.device)
+        kind, index = check_device(device or self.config.decode.device, compute_type)
         try:
             self.translator = ctranslate2.Translator(str(export_dir), device=kind, device_index=index,
                                                      compute_type=compute_type, inter_threads=inter_threads,
                                                      intra_threads=threads)
         except RuntimeError as e:  # a truncated model.bin, a broken config.json or vocabulary
-            raise CheckpointError(f"{export_dir}: CTranslate2 cannot load this export ({str(e).splitlines()[0]}); "
-                                  "export it again with 'attnmt export ctranslate2'") from None
+            raise CheckpointError(f"{Path(export_dir) / rundir.CTRANSLATE2_MODEL}: CTranslate2 cannot load this export "
+                                  f"({str(e).splitlines()[0]}); export it again with 'attnmt export ctranslate2'"
+                                  ) from None
         self._forbidden = [self.tgt_tokenizer.pieces([i]) for i in self.config.model.forbidden_ids]
         self._src_pieces = all_pieces(self.src_tokenizer)
         self._eos_piece = self.tgt_tokenizer.pieces([EOS_ID])[0]
@@ -290,12 +320,19 @@ def _attention(rows: list[list[float]], length: int):
     return torch.tensor(rows[:length], dtype=torch.float32)[None, None]  # (1, 1, T, S)
 
 
-def _ctranslate2(call: str):
+@contextmanager
+def _ctranslate2(call: str) -> Iterator[None]:
     """The boundary of a call into CTranslate2's translator: its ``RuntimeError`` (a failed
     allocation, a kernel that fails on this machine) becomes ``EnvironmentFailure``; its
-    ``ValueError`` (an option it refuses) stays the user's error."""
-    return library_call(f"CTranslate2 ({call})", "translate with --engine native, or export the model again with "
-                        "'attnmt export ctranslate2'", RuntimeError)
+    ``ValueError`` (an option it refuses) becomes ``OptionError``, the user's error."""
+    try:
+        with library_call(f"CTranslate2 ({call})", "translate with --engine native, or export the model again with "
+                          "'attnmt export ctranslate2'", RuntimeError):
+            yield
+    except ValueError as e:
+        if isinstance(e, OptionError):
+            raise
+        raise OptionError(f"CTranslate2 ({call}) refused an option: {first_line(e)}") from e
 
 
 def _body(pieces: list[str], eos: str) -> list[str]:

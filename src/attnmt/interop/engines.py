@@ -20,8 +20,8 @@ from pathlib import Path
 
 from attnmt.config import canonical_name
 from attnmt.decode.engine import UnsupportedOption
-from attnmt.errors import AttnmtError
 from attnmt.decode.translator import Translator
+from attnmt.errors import AttnmtError, OptionError
 from attnmt.search.options import check_count
 
 ENGINES = ("native", "ctranslate2", "onnxruntime")
@@ -67,6 +67,49 @@ def check_load_options(engine: str, given: dict[str, object]) -> None:
                             + (f": the {' and '.join(sorted(owners))} engine has it" if owners else ""))
 
 
+def check_device(model_dir: str | Path, engine: str = "native", device: str | None = None,
+                 compute_type: str = "default", precision: str | None = None) -> str:
+    """Check, without loading a model, that ``engine`` can run ``model_dir`` on ``device`` at
+    ``precision`` (native) or ``compute_type`` (ctranslate2): the device is on this machine and
+    the engine's library reaches it, and the precision runs there. What a server checks before
+    it says it is ready (a model that cannot load would answer every request with 500), and
+    every command before its first work. Returns the device's name as the engine means it.
+
+    Args:
+        device: as :func:`open_translator`'s (None: the directory's ``decode.device``).
+        precision: native only ('int8' runs on the CPU only); None: the directory's
+            ``decode.precision``.
+    Raises:
+        ConfigError: a device this machine or the engine's library does not have.
+        OptionError: an unknown engine; a precision or compute type the device cannot run.
+        CheckpointError: no readable config.yaml in ``model_dir``.
+        AttnmtError: the engine's library is not installed.
+    """
+    from attnmt import rundir
+
+    if engine not in ENGINES:
+        raise OptionError(f"unknown engine {engine!r}; use {', '.join(ENGINES)}")
+    config = rundir.read_config(model_dir)
+    name = device or config.decode.device
+    if engine == "native":
+        from attnmt.device import resolve_device
+
+        resolved = resolve_device(name)
+        if (precision or config.decode.precision) == "int8" and resolved.type != "cpu":
+            raise OptionError(f"precision int8 (dynamic quantisation) runs on the CPU only, not on {resolved}; "
+                              "use --device cpu or --precision fp32")
+        return str(resolved)
+    if engine == "ctranslate2":
+        from attnmt.interop.ctranslate2_engine import check_device as ctranslate2_device
+
+        kind, index = ctranslate2_device(name, compute_type)
+        return f"cuda:{index}" if kind == "cuda" else "cpu"
+    from attnmt.interop.extras import require
+    from attnmt.interop.onnx import _providers
+
+    return _providers(require("onnxruntime"), name)[1]
+
+
 def open_translator(model_dir: str | Path, engine: str = "native", device: str | None = None, threads: int = 0,
                     compute_type: str = "default", weights: str | Path | None = None, precision: str | None = None,
                     attention: str | None = None, inter_threads: int = 1) -> Translator:
@@ -98,7 +141,7 @@ def open_translator(model_dir: str | Path, engine: str = "native", device: str |
     """
     engine = canonical_name(engine)
     if engine not in ENGINES:
-        raise ValueError(f"unknown engine {engine!r}; use {', '.join(ENGINES)}")
+        raise OptionError(f"unknown engine {engine!r}; use {', '.join(ENGINES)}")
     check_count(inter_threads, "inter_threads")
     check_count(threads, "threads", low=0)
     if inter_threads > 1 and not threads:

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnmt.errors import OptionError
 from attnmt.model.dropout import dropout
 
 MASKS_AS_ARITHMETIC = True  # speed switch (module docstring); False: masked_fill
@@ -183,7 +184,7 @@ class MultiHeadAttention(nn.Module):
                  head_dim: int | None = None, bias: bool = True):
         super().__init__()
         if head_dim is None and d_model % num_heads:
-            raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
+            raise OptionError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
         self.num_heads = num_heads
         self.head_dim = head_dim or d_model // num_heads
         inner = num_heads * self.head_dim  # H * Dh (= D in the paper)

@@ -17,6 +17,8 @@ import math
 import torch
 from torch import nn
 
+from attnmt.errors import OptionError
+
 
 def sinusoidal_table(max_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
     """The (max_positions, d_model) float32 table of section 3.5, in the ``layout``
@@ -26,7 +28,7 @@ def sinusoidal_table(max_positions: int, d_model: int, layout: str = "interleave
         ValueError: another layout, or 'halves' with an odd d_model.
     """
     if layout not in ("interleaved", "halves") or (layout == "halves" and d_model % 2):
-        raise ValueError(f"no sinusoid layout {layout!r} for d_model {d_model}")
+        raise OptionError(f"no sinusoid layout {layout!r} for d_model {d_model}")
     pos = torch.arange(max_positions, dtype=torch.float32)[:, None]  # (P, 1)
     div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))  # (D/2,)
     table = torch.zeros(max_positions, d_model)
@@ -47,7 +49,7 @@ class SinusoidalPositionalEncoding(nn.Module):
     def forward(self, length: int, offset: int = 0) -> torch.Tensor:
         """Encodings of positions offset .. offset + length - 1: (1, length, D)."""
         if offset + length > self.table.size(0):
-            raise ValueError(f"position {offset + length - 1} exceeds max_positions {self.table.size(0)}")
+            raise OptionError(f"position {offset + length - 1} exceeds max_positions {self.table.size(0)}")
         return self.table[offset: offset + length][None]
 
 
@@ -62,6 +64,6 @@ class LearnedPositionalEmbedding(nn.Module):
     def forward(self, length: int, offset: int = 0) -> torch.Tensor:
         """Embeddings of positions offset .. offset + length - 1: (1, length, D)."""
         if offset + length > self.embedding.num_embeddings:
-            raise ValueError(f"position {offset + length - 1} exceeds max_positions {self.embedding.num_embeddings}")
+            raise OptionError(f"position {offset + length - 1} exceeds max_positions {self.embedding.num_embeddings}")
         idx = torch.arange(offset, offset + length, device=self.embedding.weight.device)
         return self.embedding(idx)[None]

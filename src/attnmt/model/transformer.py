@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from attnmt.config import ModelConfig
+from attnmt.errors import OptionError
 from attnmt.model.attention import DecoderCache, LayerCache, MultiHeadAttention, padding_mask
 from attnmt.model.dropout import Dropout
 from attnmt.model.layers import DecoderLayer, EncoderLayer, layer_norm
@@ -175,7 +176,7 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0):
         super().__init__()
         if cfg.share_embeddings and src_vocab_size != tgt_vocab_size:
-            raise ValueError("share_embeddings needs a joint vocabulary (equal source and target sizes)")
+            raise OptionError("share_embeddings needs a joint vocabulary (equal source and target sizes)")
         self.config = cfg
         self.pad_id = pad_id
         src_embedding = ScaledEmbedding(src_vocab_size, cfg.d_model, pad_id, cfg.scale_embeddings)
@@ -281,7 +282,7 @@ def load_pretrained_embeddings(embedding: ScaledEmbedding, words: list[str], vec
             if vec is None:
                 continue
             if vec.numel() != embedding.weight.size(1):
-                raise ValueError(f"pretrained vectors have dimension {vec.numel()}, the model's d_model is "
+                raise OptionError(f"pretrained vectors have dimension {vec.numel()}, the model's d_model is "
                                  f"{embedding.weight.size(1)}")
             embedding.weight[first_word_id + i] = vec
             filled += 1

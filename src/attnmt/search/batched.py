@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from attnmt.errors import OptionError
 from attnmt.search.hypothesis import Hypothesis
 from attnmt.search.options import SearchOptions
 
@@ -36,7 +37,7 @@ def length_batches(sources: list[list[int]], batch_size: int) -> list[list[int]]
         ValueError: batch_size < 1.
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        raise OptionError(f"batch_size must be at least 1, got {batch_size}")
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
     return [order[k: k + batch_size] for k in range(0, len(order), batch_size)]
 
@@ -59,7 +60,7 @@ def search_in_batches(sources: list[list[int]], options: SearchOptions, batch_si
         ValueError: workers < 1.
     """
     if workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
+        raise OptionError(f"workers must be at least 1, got {workers}")
     chunks = length_batches(sources, batch_size)
 
     def run(chunk: list[int]) -> list[list[Hypothesis]]:

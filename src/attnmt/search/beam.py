@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attnmt.errors import OptionError
 from attnmt.data.tokenizers import BOS_ID, EOS_ID
 from attnmt.search.constraints import ConstraintTracker
 from attnmt.search.hypothesis import Hypothesis, max_output_lengths
@@ -90,7 +91,7 @@ def best_extensions(scores: torch.Tensor, logp: torch.Tensor, width: int) -> Ext
     """
     n, k = scores.shape  # k open beams per sentence
     if logp.size(-1) < width:
-        raise ValueError(f"vocabulary ({logp.size(-1)}) must hold at least 2 * beam_size ({width}) tokens")
+        raise OptionError(f"vocabulary ({logp.size(-1)}) must hold at least 2 * beam_size ({width}) tokens")
     beam_lp, beam_tok = logp.topk(width, dim=-1)  # (n*k, 2K)
     beam_lp = beam_lp.float()
     cand = (scores.view(n * k, 1) + beam_lp).view(n, k * width)  # (n, k*2K)

@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from attnmt.errors import OptionError
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
 
 if TYPE_CHECKING:  # tensors come from the native search; the phrase checks serve every engine
@@ -79,7 +80,7 @@ def check_phrases(phrases: Phrases) -> list[list[int]]:
     out = [list(p) for p in phrases if len(p)]
     for p in out:
         if any(t in (PAD_ID, BOS_ID, EOS_ID) for t in p):
-            raise ValueError(f"a constraint phrase holds a special token id: {p}")
+            raise OptionError(f"a constraint phrase holds a special token id: {p}")
     return out
 
 

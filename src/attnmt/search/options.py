@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from attnmt.errors import OptionError
 from attnmt import ranges
 from attnmt.data.tokenizers import EOS_ID
 from attnmt.ranges import C_INT_MAX, Range
@@ -161,19 +162,19 @@ class SearchOptions:
         ranges.BEAM_SIZE.check(self.beam_size, "beam_size")
         if isinstance(self.nbest, bool) or not (isinstance(self.nbest, numbers.Integral)
                                                 and 1 <= self.nbest <= self.beam_size):
-            raise ValueError(f"nbest ({self.nbest}) must be between 1 and the beam size ({self.beam_size})")
+            raise OptionError(f"nbest ({self.nbest}) must be between 1 and the beam size ({self.beam_size})")
         if self.length_penalty_type not in LENGTH_PENALTY_TYPES:
-            raise ValueError(f"unknown length_penalty_type {self.length_penalty_type!r}; use gnmt or average")
+            raise OptionError(f"unknown length_penalty_type {self.length_penalty_type!r}; use gnmt or average")
         ranges.MAX_LEN_A.check(self.max_len_a, "max_len_a")
         ranges.MAX_LEN_B.check(self.max_len_b, "max_len_b")
         ranges.LENGTH_PENALTY_K.check(self.length_penalty_k, "length_penalty_k")
         ranges.LENGTH_PENALTY.check(self.length_penalty, "length_penalty")
         ranges.PATIENCE.check(self.patience, "patience")
         if self.early_stopping and self.beam_size * self.patience + 0.5 >= C_INT_MAX + 1:  # floats: cannot overflow
-            raise ValueError(f"patience {self.patience} is out of range: round(beam_size x patience) finished "
+            raise OptionError(f"patience {self.patience} is out of range: round(beam_size x patience) finished "
                              f"hypotheses must be at most {C_INT_MAX} (beam_size {self.beam_size})")
         if self.patience != 1 and not self.early_stopping:
-            raise ValueError(f"patience ({self.patience}) applies only to early stopping (early_stopping true)")
+            raise OptionError(f"patience ({self.patience}) applies only to early stopping (early_stopping true)")
 
     @classmethod
     def from_config(cls, decode: Any, **overrides: Any) -> "SearchOptions":

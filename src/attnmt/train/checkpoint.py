@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
-from safetensors.torch import load_file
 
 from attnmt import environment, rundir
 from attnmt.config import Config
@@ -88,10 +87,15 @@ def step_checkpoints(run_dir: Path) -> list[Path]:
 
 
 def average_weights(paths: list[str | Path]) -> dict[str, torch.Tensor]:
-    """Element-wise mean (float32) of several safetensors weight files with the same tensors."""
+    """Element-wise mean (float32) of several safetensors weight files with the same tensors.
+
+    Raises:
+        CheckpointError: a file that is not readable safetensors or changed since it was written
+            (``attnmt.rundir.read_weights``), named.
+    """
     total: dict[str, torch.Tensor] = {}
     for p in paths:
-        for k, v in load_file(str(p)).items():
+        for k, v in rundir.read_weights(p)[0].items():  # a damaged file: CheckpointError naming it
             total[k] = total[k] + v.float() if k in total else v.float().clone()
     return {k: v / len(paths) for k, v in total.items()}
 
