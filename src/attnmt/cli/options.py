@@ -250,5 +250,5 @@ def add_testset_options(p: argparse.ArgumentParser, read: str) -> None:
                    help=f"a named test set, e.g. multi30k:test_2016_flickr: {read} of the model's direction, from "
                         "--data-dir or $ATTNMT_DATA, else downloaded once and checked (SHA-256)")
     p.add_argument("--src-lang", metavar="LANG", help="the source language of --testset, for a model that reads "
-                   "several (its target language: --tgt-lang)")
+                   "several (its target language: --tgt-lang); of a document, for its sentence splitter")
     add_data_dir_option(p)

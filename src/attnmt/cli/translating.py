@@ -12,6 +12,8 @@ import time
 from attnmt.cli.options import (add_decoding_options, add_engine_options, add_stopping_options, add_testset_options,
                                 check_input_file, check_output_file, check_stdout, positive_int, read_input,
                                 write_output)
+from attnmt.cli.documents import (add_document_options, check_binary, check_document_options, input_format,
+                                  is_document, translate_document)
 from attnmt.cli.translators import engine_translator, with_stopping_options
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER
 from attnmt.errors import AttnmtError
@@ -25,7 +27,7 @@ def _testset_paths(args: argparse.Namespace):
     ``--tgt-lang`` where the model has several languages; ``attnmt.data.testsets``), or None
     without ``--testset``."""
     if args.testset is None:
-        if args.src_lang is not None:
+        if args.src_lang is not None and not getattr(args, "document", False):
             raise AttnmtError("--src-lang picks the source side of --testset: give --testset")
         return None
     from attnmt.data.testsets import direction, parse_testset, resolve_testset
@@ -72,11 +74,17 @@ def cmd_translate(args: argparse.Namespace) -> int:
     check_output_file(args.output, "--output")
     if args.testset is not None and args.input is not None:
         raise AttnmtError("give --testset or --input, not both")
+    args.document = is_document(args, input_format(args, args.input))  # --src-lang: the splitter's language
     testset = _testset_paths(args)  # a named test set's files, fetched once where not given locally
     source = str(testset[0]) if testset else args.input
     check_input_file(source, "--input")
+    fmt = input_format(args, None if testset else source)
+    if is_document(args, fmt):
+        check_document_options(args, fmt)
+        return translate_document(with_stopping_options(engine_translator(args), args), args, source, fmt)
     tr = with_stopping_options(engine_translator(args), args)
     lines = read_input(source)
+    check_binary(lines, source or "<stdin>")
     if not lines:
         log.warning("%s: no input lines; nothing to translate", source or "standard input")
     constraints = _read_constraints(args.constraints, len(lines), tr) if args.constraints else None
@@ -157,9 +165,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def add_translate_parser(sub) -> None:
-    p = sub.add_parser("translate", help="translate raw text, one sentence a line")
+    p = sub.add_parser("translate", help="translate raw text, one sentence a line, or a document")
     add_decoding_options(p)
-    p.add_argument("--input", help="input file (plain or .gz); default stdin")
+    p.add_argument("--input", help="input file (plain or .gz for lines); default stdin")
+    add_document_options(p)
     add_testset_options(p, "the source")
     p.add_argument("--output", help="output file; default stdout")
     p.add_argument("--nbest", type=positive_int, default=1, help="hypotheses per sentence (1 to the beam size)")

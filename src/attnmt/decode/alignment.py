@@ -104,7 +104,8 @@ def align_translation(translation: Translation, src_ids: list[int], layer: int, 
     """Fill each hypothesis' ``alignment`` from decoder layer ``layer`` (1-based), its heads
     averaged (:func:`align_words`): the best hypothesis' attention from ``translation.attention``
     when the engine returned it, the others' from ``source_attention(src_ids, token_ids)``
-    (forced decoding, (L, H, T, S)).
+    (forced decoding, (L, H, T, S)). An engine whose search returns one layer, (1, H, T, S)
+    (CTranslate2: its export's alignment layer), is aligned by that layer whatever ``layer``.
 
     Args:
         src_ids: the sentence's source ids, ending with EOS.
@@ -119,7 +120,8 @@ def align_translation(translation: Translation, src_ids: list[int], layer: int, 
             attention = source_attention(src_ids, h.token_ids)  # (L, H, T, S)
         attention = attention[..., tagged:]  # (L, H, T, S - tagged): the words only
         body = [t for t in h.token_ids if t != EOS_ID]
-        h.alignment = align_words(attention[layer - 1].mean(dim=0), src_words, word_ids(body, tgt_decode))
+        one = attention[min(layer, attention.size(0)) - 1]  # (H, T, S)
+        h.alignment = align_words(one.mean(dim=0), src_words, word_ids(body, tgt_decode))
 
 
 def format_alignment(pairs: Sequence[tuple[int, int]]) -> str:

@@ -256,6 +256,29 @@ class Translator:
                        for i, r in enumerate(results)]
         return results
 
+    def translate_document(self, document: str | bytes, input_format: str = "text", split_sentences: bool = True,
+                           src_lang: str | None = None, tgt_lang: str | None = None, beam_size: int | None = None,
+                           batch_size: int | None = None, length_penalty: float | None = None,
+                           options: SearchOptions | None = None) -> str | bytes:
+        """Translate a document, its markup and whitespace kept (``attnmt.documents``; docs/documents.md).
+
+        Args:
+            document: text, or bytes for ``docx`` (whose translation is bytes too).
+            input_format: one of ``attnmt.documents.INPUT_FORMATS`` ('lines', 'text', 'html', ...).
+            split_sentences: for 'lines': split each line into sentences (the others always split).
+            src_lang: the source language for the sentence splitter (default the model's).
+            tgt_lang, beam_size, batch_size, length_penalty, options: as :meth:`translate`.
+        Raises:
+            DocumentError: a document that is not of its format (the message names the place).
+            ValueError, LanguageError, UnsupportedOption: an unknown format; as :meth:`translate`.
+        """
+        from attnmt.decode.documents import backend, source_language
+        from attnmt.documents import translate_document
+
+        options = options or self.options(beam_size, 1, length_penalty, return_token_log_probs=False)
+        return translate_document(document, input_format, backend(self, options, batch_size, tgt_lang),
+                                  source_language(self, src_lang), split_sentences)
+
     def check_constraints(self, constraints: list[list[str]], lines: list[int] | None = None) -> None:
         """Refuse a phrase the target tokenizer cannot spell (``attnmt.decode.terminology.check_constraints``):
         per sentence of ``constraints`` its phrases (raw text), ``lines`` each one's 1-based

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from attnmt import rundir
-from attnmt.config import ModelConfig
+from attnmt.config import DEFAULT_ALIGNMENT_LAYER, ModelConfig
 from attnmt.data.shards import staging_dir
 from attnmt.data.tokenizers import BOS_ID, EOS_ID, UNK_ID
 from attnmt.data.shards import staging_dir
@@ -105,7 +105,9 @@ def transformer_spec_of(model: Transformer, src_pieces: list[str], tgt_pieces: l
     cfg = model.config
     spec = transformer_spec.TransformerSpec.from_config(
         (cfg.num_encoder_layers, cfg.num_decoder_layers), cfg.num_heads, pre_norm=cfg.norm_first,
-        activation=ACTIVATIONS[cfg.activation])
+        activation=ACTIVATIONS[cfg.activation],
+        # return_attention gives the layer and heads attnmt aligns words with (attnmt.decode.alignment)
+        alignment_layer=min(DEFAULT_ALIGNMENT_LAYER, cfg.num_decoder_layers) - 1, alignment_heads=cfg.num_heads)
     _inputs(spec.encoder, model.encoder, cfg)
     for layer_spec, layer in zip(spec.encoder.layer, model.encoder.layers):
         _self_attention(layer_spec.self_attention, layer.self_attn)

@@ -107,7 +107,7 @@ class CTranslate2Engine:
     """
 
     name = "ctranslate2"
-    supports = CORE_OPTIONS
+    supports = CORE_OPTIONS | {"return_attention"}
     capabilities = frozenset({"score"})
     load_options = frozenset({"compute_type"})
 
@@ -146,7 +146,9 @@ class CTranslate2Engine:
 
     def translate(self, sources: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
         """Search ``sources`` (ids ending with EOS) with CTranslate2 (class docstring; the caller
-        has refused return_attention, constraints and streaming).
+        has refused constraints and streaming). With ``return_attention`` the best hypothesis'
+        attention is CTranslate2's: one layer, the export's alignment layer with its heads
+        averaged (``attnmt.interop.ctranslate2``), float32 (1, 1, T, S).
 
         Raises:
             PositionError: a source longer than max_positions, before CTranslate2 sees it.
@@ -171,7 +173,7 @@ class CTranslate2Engine:
             out = self.translator.translate_batch(
                 src_pieces, beam_size=1, num_hypotheses=1, length_penalty=0.0, max_decoding_length=longest,
                 min_decoding_length=0, return_end_token=True, return_scores=True, max_input_length=0,
-                suppress_sequences=self._forbidden or None)
+                suppress_sequences=self._forbidden or None, return_attention=options.return_attention)
         found: list[tuple[list[str], float | None]] = []  # (pieces without EOS, log P if it ended, else None: cut)
         for result, limit in zip(out, limits):
             pieces = result.hypotheses[0]
@@ -184,8 +186,9 @@ class CTranslate2Engine:
             ids = self.tgt_tokenizer.piece_ids(pieces) + ([EOS_ID] if lp is not None else [])
             lps = scored[i][:len(ids)] if i in scored else []  # score_batch adds EOS to a cut hypothesis
             log_prob = sum(lps) if lp is None else lp
+            attention = _attention(result.attention[0], len(ids)) if options.return_attention else None
             results.append([Hypothesis(ids, lps if options.return_token_log_probs else [], log_prob,
-                                       options.score(log_prob, len(ids)))])
+                                       options.score(log_prob, len(ids)), attention)])
         return results
 
     def _translate_beam(self, src_pieces: list[list[str]], limits: list[int], options: SearchOptions
@@ -196,7 +199,8 @@ class CTranslate2Engine:
         alpha = 1.0 if options.length_penalty_type == "average" else options.length_penalty or 1e-6
         args = dict(beam_size=options.beam_size, patience=options.patience, num_hypotheses=wanted,
                     length_penalty=alpha, min_decoding_length=0, return_end_token=True, return_scores=True,
-                    max_input_length=0, suppress_sequences=self._forbidden or None)
+                    max_input_length=0, suppress_sequences=self._forbidden or None,
+                    return_attention=options.return_attention)
         longest = max(limits)
         with _ctranslate2("translate_batch"):
             found = list(self.translator.translate_batch(src_pieces, max_decoding_length=longest, **args))
@@ -210,9 +214,11 @@ class CTranslate2Engine:
             for i, result in zip(idx, out):
                 found[i] = result
         eos = self._eos_piece
-        kept: list[list[tuple[list[str], float]]] = []  # per sentence: (pieces with </s> if it ended, log P)
+        kept: list[list[tuple[list[str], float, list]]] = []  # per sentence: (pieces, </s> if it ended; log P; attention)
         for result in found:
-            hyps = [(pieces, score * len(pieces) ** alpha) for pieces, score in zip(result.hypotheses, result.scores)]
+            attention = result.attention if options.return_attention else [None] * len(result.hypotheses)
+            hyps = [(pieces, score * len(pieces) ** alpha, a)
+                    for pieces, score, a in zip(result.hypotheses, result.scores, attention)]
             hyps.sort(key=lambda h: options.score(h[1], len(h[0])), reverse=True)
             kept.append(hyps[:options.nbest])
         todo = [(i, j) for i, hyps in enumerate(kept) for j in range(len(hyps))] if options.return_token_log_probs \
@@ -222,10 +228,11 @@ class CTranslate2Engine:
         results: list[list[Hypothesis]] = []
         for i, hyps in enumerate(kept):
             out = []
-            for j, (pieces, log_prob) in enumerate(hyps):
+            for j, (pieces, log_prob, attention) in enumerate(hyps):
                 ids = self.tgt_tokenizer.piece_ids(_body(pieces, eos)) + ([EOS_ID] if pieces[-1:] == [eos] else [])
                 lps = token_lps.get((i, j), [])[:len(ids)]  # score_batch adds EOS to a hypothesis cut without it
-                out.append(Hypothesis(ids, lps, log_prob, options.score(log_prob, len(ids))))
+                out.append(Hypothesis(ids, lps, log_prob, options.score(log_prob, len(ids)),
+                                      _attention(attention, len(ids)) if attention is not None else None))
             results.append(options.best(out))
         return results
 
@@ -254,6 +261,14 @@ class CTranslate2Engine:
         with _ctranslate2("score_batch"):
             scored = self.translator.score_batch(sources, targets, max_input_length=0)
         return [list(r.log_probs) for r in scored]
+
+
+def _attention(rows: list[list[float]], length: int):
+    """CTranslate2's attention of one hypothesis (T rows of S source weights) as float32
+    (1, 1, T, S), cut to its ``length`` tokens (PyTorch imported only when attention is asked for)."""
+    import torch
+
+    return torch.tensor(rows[:length], dtype=torch.float32)[None, None]  # (1, 1, T, S)
 
 
 def _ctranslate2(call: str):
