@@ -23,6 +23,7 @@ from attnmt.decode.alignment import format_alignment
 from attnmt.decode.engine import UnsupportedOption, check_supported
 from attnmt.decode.output import hypothesis_record
 from attnmt.decode.translator import Translation, Translator
+from attnmt.documents import INPUT_FORMATS
 from attnmt.languages import LanguageError, served_languages, spelling, target_language
 from attnmt.search.options import stopping_rule
 from attnmt.serve.batcher import DynamicBatcher, Job
@@ -263,7 +264,8 @@ class TranslationService:
         """The ``/v1/models`` entry: languages (a bilingual model's ``source_language`` and
         ``target_language``, None for a multilingual one; every model's ``source_languages`` and
         ``target_languages``; ``multilingual``: requests need a ``tgt_lang``), engine, model size,
-        decoding defaults, limits (any model directory: trained, imported or exported)."""
+        decoding defaults, limits, the document formats ``input_format`` takes (any model
+        directory: trained, imported or exported)."""
         tr = self.translator
         engine = tr.engine
         m = tr.config.model
@@ -281,4 +283,4 @@ class TranslationService:
                            "length_penalty_type": dc.length_penalty_type, "length_penalty_k": dc.length_penalty_k,
                            "precision": tr.precision, "attention": tr.attention_kind},
                 "attention_layer": self.attention_layer, "alignment_layer": self.alignment_layer,
-                "limits": self.settings.model_dump()}
+                "limits": self.settings.model_dump(), "input_formats": list(INPUT_FORMATS)}
