@@ -43,7 +43,7 @@ def expected(translator) -> list[str]:
 
 @pytest.fixture(scope="module")
 def client(translator):
-    settings = ServeSettings(max_sentences=4, max_chars=60, max_queue=5, max_body_bytes=20_000)
+    settings = ServeSettings(max_sentences=4, max_chars=60, max_queue=5, max_body_bytes=200_000)
     with TestClient(create_app(lambda: translator, settings, name="dictionary", languages=("de", "en"))) as c:
         wait_ready(c)
         yield c
@@ -106,13 +106,16 @@ def test_v1_text_is_cut_into_sentences_and_put_back(client, expected):
 
 
 def test_v1_html_keeps_its_markup(client, expected):
-    html = f'<div class="x"><p>{SENTENCES[0]}</p><p><a href="/k">{SENTENCES[1]}</a> &amp; <b>mehr</b></p></div>'
+    html = (f'<div class="x"><p title="Frau f&auml;hrt auto.">{SENTENCES[0]}</p><p><a href="/k?a=1&amp;b=2">'
+            f'{SENTENCES[1]}</a></p><script>var x = "<b>";</script></div>')
     r = client.post("/v1/translate", json={"text": html, "input_format": "html"})
     assert r.status_code == 200, r.text
     out = r.json()["translations"][0]["text"]
-    assert _well_formed_tags(out) == _well_formed_tags(html)
-    text = re.sub("<[^>]+>", "", out)
-    assert text.startswith(expected[0]) and expected[1] in text and "&amp;" in out
+    tags = _well_formed_tags(out)
+    assert [t.split(" ")[0] for t in tags] == [t.split(" ")[0] for t in _well_formed_tags(html)]
+    assert "<a {'href': '/k?a=1&b=2'}>" in tags and f"<p {{'title': '{expected[2]}'}}>" in tags  # title translated
+    assert re.sub("<[^>]+>", "", out.split("<script>")[0]) == expected[0] + expected[1]
+    assert '<script>var x = "<b>";</script>' in out
 
 
 def test_v1_docx_travels_as_base64(client, expected):
@@ -126,7 +129,7 @@ def test_v1_docx_travels_as_base64(client, expected):
 @pytest.mark.parametrize("body, status, needle", [
     ({"text": "1\n00:00:01,000 -> 00:00:02,000\nEin hund.\n", "input_format": "srt"}, 422, "line 2"),
     ({"text": "not base64!", "input_format": "docx"}, 422, "not base64"),
-    ({"text": base64.b64encode(b"no zip").decode(), "input_format": "docx"}, 422, "docx"),
+    ({"text": base64.b64encode(b"no zip").decode(), "input_format": "docx"}, 422, "not a DOCX file"),
     ({"text": "Ein hund.", "input_format": "text", "nbest": 2, "beam_size": 2}, 422, "apply to sentences"),
     ({"text": "Ein hund.", "input_format": "text", "return_attention": True}, 422, "return_attention"),
     ({"text": "Ein hund.", "input_format": "pdf"}, 422, "'html'"),
