@@ -16,6 +16,9 @@ exports with 7-bit and 8-bit weights; ``--engine onnxruntime``; CTranslate2 itse
 direct under early stopping, CTranslate2 given attnmt's per-batch length limit; ``--parallel``
 times each early row again with two batches at once of one thread each (``--inter-threads``);
 ``--base-src DIR`` adds native early stopping run from another checkout's ``src``.
+
+``--part documents``: paragraphs with ``--split-sentences``, HTML with inline tags, a document's
+speed against the same sentences as lines (``documents.py``).
 """
 
 from __future__ import annotations
@@ -26,15 +29,16 @@ from pathlib import Path
 
 import harness as h
 
-PARTS = {"engines": ["--part", "engines"], "stopping": ["--part", "stopping"]}
+PARTS = {"engines": ["--part", "engines"], "stopping": ["--part", "stopping"], "documents": ["--part", "documents"]}
 SMOKE = {"model": h.smoke_model, "limit": 8, "rounds": 1, "repeat": 1, "bleu_lines": 8, "parallel": True,
          "tune": "0.6,1.0"}
 MODELS = ("model", "onmt_ct2")
-SECTIONS = {"engines": "Inference engines", "stopping": "Stopping rules and CTranslate2's speed"}
+SECTIONS = {"engines": "Inference engines", "stopping": "Stopping rules and CTranslate2's speed",
+            "documents": "Documents"}
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--part", choices=("engines", "stopping"), default="stopping")
+    p.add_argument("--part", choices=("engines", "stopping", "documents"), default="stopping")
     p.add_argument("--model", type=Path, help="an attnmt model trained on Multi30k de-en (--smoke: a tiny one)")
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds; each row's fastest is kept")
     p.add_argument("--repeat", type=int, help="copies of test2016 translated (engines 1, stopping 3)")
@@ -154,6 +158,11 @@ def run(args) -> None:
     h.model_dir(args.model)
     args.out = args.work / args.suite / args.part
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.part == "documents":  # benchmarks/documents.py
+        import documents
+
+        documents.run(args)
+        return
     repeat = args.repeat or (1 if args.part == "engines" else 3)
     lines = h.read_lines(h.corpus(args, "test_2016_flickr", "de"), args.limit)
     args.src = h.write_lines(args.out / "test.de", lines * repeat)

@@ -24,7 +24,7 @@ class Fake:
         self.reverse = reverse
         self.max_subwords = max_subwords
 
-    def __call__(self, sentences: list[str]):
+    def __call__(self, sentences: list[str], alignments: bool):
         self.calls.append(list(sentences))
         out = []
         for s in sentences:

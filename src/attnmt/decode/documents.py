@@ -2,7 +2,7 @@
 
 ``Translator.translate_document`` hands itself to :func:`backend`, which wraps its
 ``translate`` (asking for word alignments where the engine can give them: its source attention,
-``return_attention``), its source tokenizer's length and its model's positions. An engine
+``return_attention``, and only for a document with inline markup), its source tokenizer's length and its model's positions. An engine
 without attention (ONNX Runtime) returns no alignment and the document layer places inline
 markup by position (``attnmt.documents.placement``).
 """
@@ -28,10 +28,11 @@ def backend(translator: Translator, options: SearchOptions, batch_size: int | No
     options = replace(options, nbest=1)
     aligned = "return_attention" in translator.engine.supports
 
-    def translate(sentences: list[str]) -> list[tuple[str, list[tuple[int, int]] | None]]:
-        done = translator.translate(sentences, options=options, batch_size=batch_size, alignments=aligned,
+    def translate(sentences: list[str], alignments: bool) -> list[tuple[str, list[tuple[int, int]] | None]]:
+        align = aligned and alignments
+        done = translator.translate(sentences, options=options, batch_size=batch_size, alignments=align,
                                     tgt_lang=tgt_lang)
-        return [(t.text, t.alignment if aligned else None) for t in done]
+        return [(t.text, t.alignment if align else None) for t in done]
 
     tokenizer = translator.src_tokenizer
     length: Callable[[str], int] = lambda s: len(tokenizer.encode(s))  # noqa: E731

@@ -29,13 +29,15 @@ class DocumentError(AttnmtError, ValueError):
 class Backend:
     """A translator of sentences as the document layer uses it.
 
-    translate: sentences (raw text, none empty) -> one :data:`Aligned` per sentence, in order;
-        called once per document with all its sentences, which it batches by length itself.
+    translate: (sentences, alignments) -> one :data:`Aligned` per sentence, in order; called
+        once per document with all its sentences (raw text, none empty), which it batches by
+        length itself; ``alignments`` False when the document has no inline markup to place
+        (the alignment may then be None: no attention is computed).
     length: a sentence's number of source subwords (without EOS or a language tag).
     max_subwords: the most subwords a sentence may have (the model's ``max_positions`` less EOS
         and any language tag); longer sentences are cut (``attnmt.documents.sentences``).
     """
 
-    translate: Callable[[list[str]], list[Aligned]]
+    translate: Callable[[list[str], bool], list[Aligned]]
     length: Callable[[str], int]
     max_subwords: int

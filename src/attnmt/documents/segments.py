@@ -77,7 +77,8 @@ def translate_segments(segments: list[Segment], backend: Backend, lang: str | No
             sentences = [(start, start + len(stripped))] if stripped else []
         pieces.append([p for s, e in sentences for p in fit(seg.text, s, e, backend.length, backend.max_subwords)])
     flat = [seg.text[s:e] for seg, ps in zip(segments, pieces) for s, e in ps]
-    done = iter(backend.translate(flat) if flat else [])
+    marked = any(seg.spans for seg in segments)  # alignments only where inline markup needs placing
+    done = iter(backend.translate(flat, marked) if flat else [])
     return [_rebuild(seg, ps, [next(done) for _ in ps]) for seg, ps in zip(segments, pieces)]
 
 
