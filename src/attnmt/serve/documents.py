@@ -4,15 +4,17 @@ the sentences of every other request, and the document comes back whole.
 ``attnmt.documents`` cuts a document into sentences and puts it back together around their
 translations; it asks a :class:`attnmt.documents.Backend` for the translations, once per
 document with all its sentences. Here that backend is the server's: it queues the sentences in
-the :class:`TranslationService`'s batcher (with word alignments where the engine gives source
-attention, for inline markup) and waits for them. The document layer runs in a thread pool of its
+the :class:`TranslationService`'s batcher (with word alignments where the document has inline
+markup to place and the engine gives source attention) and waits for them. The document layer runs in a thread pool of its
 own (parsing and reassembly never hold up the event loop), whose threads wait on the event loop
 for the batcher's answers; the pool is not the event loop's default executor, whose threads the
 service needs to tokenise those sentences.
 
 Limits: a request's documents together have at most ``sentences`` sentences, each of at most
-``chars`` characters (:class:`DocumentTooLarge`); the callers choose which of the server's limits
-these are (``attnmt.serve.routes``, ``attnmt.serve.libre``). The body size limit holds as for
+``chars`` characters (:class:`DocumentTooLarge`), counted as the model receives them: a sentence
+longer than the model's positions is cut into pieces first, each a sentence here
+(``attnmt.documents.sentences``). The callers choose which of the server's limits these are
+(``attnmt.serve.routes``, ``attnmt.serve.libre``). The body size limit holds as for
 every request (``attnmt.serve.middleware``).
 
 Library: the standard library's ``concurrent.futures`` and ``asyncio``.
@@ -40,7 +42,9 @@ class DocumentTooLarge(Exception):
     'characters' (``count`` in one sentence), ``limit`` the most allowed."""
 
     def __init__(self, what: str, count: int, limit: int):
-        self.what, self.count, self.limit = what, count, limit
+        self.what = what
+        self.count = count
+        self.limit = limit
         super().__init__(f"{count} {what}" + (" in one sentence" if what == "characters" else "")
                          + f"; at most {limit}")
 
@@ -49,7 +53,9 @@ class _Budget:
     """The sentences a request's documents may still send (shared by its documents' threads)."""
 
     def __init__(self, sentences: int, chars: int):
-        self.left, self.limit, self.chars = sentences, sentences, chars
+        self.left = sentences
+        self.limit = sentences
+        self.chars = chars
         self.lock = threading.Lock()
 
     def take(self, sentences: list[str]) -> None:
@@ -86,12 +92,14 @@ class DocumentTranslator:
     def _backend(self, loop: asyncio.AbstractEventLoop, budget: _Budget, beam_size: int,
                  early_stopping: bool | None, patience: float | None, tgt_lang: str | None) -> Backend:
         """The document layer's backend: its sentences queued in the service's batcher from a
-        pool thread, waited for on ``loop``; word alignments where the engine has attention."""
+        pool thread, waited for on ``loop``; word alignments where the document asks for them
+        and the engine has attention."""
         service = self.service
-        aligned = "return_attention" in service.translator.engine.supports
+        can_align = "return_attention" in service.translator.engine.supports
 
-        def translate(sentences: list[str]) -> list[Aligned]:
+        def translate(sentences: list[str], alignments: bool) -> list[Aligned]:
             budget.take(sentences)
+            aligned = can_align and alignments
             asks = [SentenceRequest(alignments=aligned) for _ in sentences]
             done = asyncio.run_coroutine_threadsafe(
                 service.translate(sentences, beam_size, 1, False, asks, early_stopping, patience, tgt_lang),

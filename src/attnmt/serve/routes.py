@@ -188,7 +188,7 @@ def _checked(request: TranslateRequest, service: TranslationService, s: ServeSet
     except LanguageError as e:
         raise HTTPException(422, str(e)) from None
     try:
-        service.check(beam_size, request.nbest, request.return_attention or request.alignments,
+        service.check(beam_size, request.nbest, request.return_attention, alignments=request.alignments,
                       constraints=bool(constraints and any(constraints)), streaming=streaming,
                       early_stopping=request.early_stopping, patience=request.patience)
     except (UnsupportedOption, ValueError) as e:  # ValueError: patience without early stopping

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER, DEFAULT_ATTENTION_LAYER
 from attnmt.decode.alignment import format_alignment
-from attnmt.decode.engine import UnsupportedOption, check_supported
+from attnmt.decode.engine import UnsupportedOption, check_supported, require
 from attnmt.decode.output import hypothesis_record
 from attnmt.decode.translator import Translation, Translator
 from attnmt.documents import INPUT_FORMATS
@@ -156,8 +156,13 @@ class TranslationService:
         return target_language(self.translator.config, tgt_lang)
 
     def check(self, beam_size: int, nbest: int, attention: bool, constraints: bool = False,
-              streaming: bool = False, early_stopping: bool | None = None, patience: float | None = None) -> None:
-        """Refuse search options the engine lacks, before any work (alignments need attention).
+              streaming: bool = False, early_stopping: bool | None = None, patience: float | None = None,
+              alignments: bool = False) -> None:
+        """Refuse search options the engine lacks, before any work: alignments need the source
+        attention of the search (``return_attention``), and of forced decoding for an n-best list
+        (the ``attention`` capability); ``attention`` (every decoder layer's, for
+        ``return_attention``) needs that capability too, since an engine such as CTranslate2
+        returns the alignment layer's only.
 
         Raises:
             UnsupportedOption: e.g. attention or constraints with the ctranslate2 engine.
@@ -165,8 +170,12 @@ class TranslationService:
         """
         engine = self.translator.engine
         early, patience = stopping_rule(self.translator.config.decode, early_stopping, patience)
-        check_supported(engine, self.translator.options(beam_size, nbest, return_attention=attention,
+        check_supported(engine, self.translator.options(beam_size, nbest, return_attention=attention or alignments,
                                                         early_stopping=early, patience=patience))
+        if attention:
+            require(engine, "attention", "return_attention")
+        if alignments and nbest > 1:
+            require(engine, "attention", "alignments of n-best lists")
         for name, wanted in (("constraints", constraints), ("streaming", streaming)):
             if wanted and name not in engine.supports:
                 raise UnsupportedOption(f"the {engine.name} engine does not support {name}")
