@@ -59,7 +59,7 @@ def test_ctranslate2_aligns_words_as_the_native_engine(engines):
     ct2 = engines["ctranslate2"].translate(sentences, alignments=True, options=engines["ctranslate2"].options(
         early_stopping=True))
     same = [n.alignment == c.alignment for n, c in zip(native, ct2) if n.text == c.text]
-    assert ct2[0].alignment and len(same) >= 15 and sum(same) >= 0.9 * len(same)
+    assert ct2[0].alignment and len(same) >= 15 and all(same)
 
 
 @pytest.mark.parametrize("engine", ["native", "ctranslate2"])
@@ -87,16 +87,17 @@ def test_formats_keep_their_structure(engines, engine):
 
 
 def test_translate_command_reads_documents_by_extension(dictionary_model_dir, tmp_path, capsys):
-    (tmp_path / "in.srt").write_text(SRT.replace("Ich gehe heute\nnach", "ein mann"), encoding="utf-8")
+    (tmp_path / "in.srt").write_text("1\n00:00:01,000 --> 00:00:02,500\nein mann\n\n"
+                                     "2\n00:00:03,000 --> 00:00:04,000\nein hund\n", encoding="utf-8")
     rc, _, err = run_cli(capsys, "translate", "--model", str(dictionary_model_dir), "--input", str(tmp_path / "in.srt"),
                          "--output", str(tmp_path / "out.srt"))
     out = (tmp_path / "out.srt").read_text(encoding="utf-8")
     assert rc == 0, err
-    assert "00:00:01,000 --> 00:00:02,500\na man\n" in out
+    assert out == "1\n00:00:01,000 --> 00:00:02,500\na man\n\n2\n00:00:03,000 --> 00:00:04,000\na dog\n"
     (tmp_path / "para.txt").write_text("ein hund. ein mann.\n\nkatze\n", encoding="utf-8")
     rc, out, err = run_cli(capsys, "translate", "--model", str(dictionary_model_dir), "--input",
                            str(tmp_path / "para.txt"), "--split-sentences")
-    assert rc == 0 and re.fullmatch(r"a dog\S* a man\S*\n\ncat\n", out), (out, err)
+    assert rc == 0 and re.fullmatch(r"a dog[^\n]* a man[^\n]*\n\ncat\n", out), (out, err)
 
 
 @pytest.mark.parametrize("name, data, args, needles", [

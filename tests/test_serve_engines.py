@@ -72,7 +72,7 @@ def test_every_engine_serves_the_same_translations(dirs):
             assert (info["source_language"], info["target_language"]) == ("de", "en")
             assert info["engine"]["name"] == {"trained": "native"}.get(engine, engine)
             att = c.post("/v1/translate", json={"text": "hund", "return_attention": True, "early_stopping": True})
-            if engine == "trained":
+            if engine in ("trained", "ctranslate2"):  # CTranslate2: the one layer its export returns
                 assert att.status_code == 200 and att.json()["translations"][0]["attention"]["weights"]
             else:
                 assert att.status_code == 422

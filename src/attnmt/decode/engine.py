@@ -14,8 +14,9 @@ written once in the options (``SearchOptions.early_stopping``) lets both give th
   (greedy and beam search); supports every option and has every capability.
 - ``attnmt.interop.onnx.OnnxEngine``: an ONNX export run by ONNX Runtime (a step model) under
   attnmt's own search; no attention.
-- ``attnmt.interop.ctranslate2_engine.CTranslate2Engine``: a CTranslate2 export, whole-search; no
-  attention; scores given translations (``score_batch``).
+- ``attnmt.interop.ctranslate2_engine.CTranslate2Engine``: a CTranslate2 export, whole-search; the
+  attention of one layer (its export's alignment layer) with ``return_attention``; scores given
+  translations (``score_batch``).
 
 What an engine can do besides searching is declared, never found by type checks: ``supports``
 names the search options it honours, ``capabilities`` the extra methods it has

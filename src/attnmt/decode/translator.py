@@ -220,7 +220,7 @@ class Translator:
             LanguageError: ``tgt_lang`` missing for a multilingual model, or unknown (before any work).
             ConstraintError: a phrase with no target token or an unknown one (before any work).
             UnsupportedOption: one the engine lacks (before any work), e.g. constraints, or
-                alignments (attention) with an engine other than native.
+                alignments (attention) with ONNX Runtime, or of n-best lists with CTranslate2.
         """
         if options is None:
             options = self.options(beam_size, nbest, length_penalty, return_attention,

@@ -94,7 +94,7 @@ def _fill(paragraph, runs: list, translated: Translated) -> None:
             before = next((k for k in reversed(owner[:pos]) if k is not None), None)
             trailing = before is not None and runs[before].text[-1:].isspace()
             first, second = (after, before) if text[pos].isspace() and not trailing else (before, after)
-            owner[pos] = first if first is not None else second if second is not None else 0
+            owner[pos] = next((k for k in (first, second) if k is not None), 0)
     pieces = {k: "" for k in range(len(runs))}
     order: list[int] = []
     for pos, k in enumerate(owner):

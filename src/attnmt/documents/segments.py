@@ -84,7 +84,9 @@ def translate_segments(segments: list[Segment], backend: Backend, lang: str | No
 
 def _rebuild(seg: Segment, pieces: list[tuple[int, int]], out: list) -> Translated:
     """One segment's translation from its pieces' (text, alignment): whitespace kept, spans placed."""
-    text, pos, sentences = "", 0, []
+    text = ""
+    pos = 0
+    sentences = []
     src_words = [(m.start(), m.end()) for m in _WORD.finditer(seg.text)]
     tgt_words: list[tuple[int, int]] = []
     links: list[tuple[int, int]] = []  # (global source word, global target word)

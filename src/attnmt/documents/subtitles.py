@@ -57,7 +57,9 @@ def translate(text: str, backend: Backend, lang: str | None, kind: str) -> str:
     """
     cues = _srt_cues(text) if kind == "srt" else _vtt_cues(text)
     # cues: per cue, (start, end) character offsets of its text lines in ``text``
-    stream, owner, lines = "", [], []  # the cues' text as one stream; per stream word its cue
+    stream = ""  # the cues' text as one stream
+    owner: list[int] = []  # per word of the stream, its cue
+    lines = []  # per cue: its leading and trailing markup, its lines' word counts, its line ending
     for c, (start, end) in enumerate(cues):
         body = text[start:end]
         lead, inner, trail = _EDGE_TAGS.match(body).groups()

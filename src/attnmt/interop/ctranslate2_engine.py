@@ -158,8 +158,27 @@ class CTranslate2Engine:
                                       self.config.model.max_positions - 1)
         src_pieces = [self._pieces(s[:-1]) for s in sources]
         if options.is_greedy:
-            return self._translate_greedy(src_pieces, limits, options)
-        return self._translate_beam(src_pieces, limits, options)
+            results = self._translate_greedy(src_pieces, limits, options)
+        else:
+            results = self._translate_beam(src_pieces, limits, options)
+        if options.return_attention and len(sources) > 1:
+            self._first_attention_rows(src_pieces, results)
+        return results
+
+    def _first_attention_rows(self, src_pieces: list[list[str]], results: list[list[Hypothesis]]) -> None:
+        """Replace the first row of each best hypothesis' attention but the batch's first: in a
+        batch, CTranslate2 (4.x) returns the first sentence's first-step attention for every
+        sentence. The first step is the same whatever the search, so one one-step call per
+        sentence gives the right row."""
+        for pieces, hyps in list(zip(src_pieces, results))[1:]:
+            attention = hyps[0].attention
+            if attention is None or not attention.size(2):
+                continue
+            with _ctranslate2("translate_batch"):
+                out = self.translator.translate_batch([pieces], beam_size=1, max_decoding_length=1,
+                                                      return_attention=True, max_input_length=0)
+            row = _attention(out[0].attention[0], 1)[0, 0, 0]  # (S,), maybe with an EOS column
+            attention[0, 0, 0] = row[:attention.size(3)]
 
     def _translate_greedy(self, src_pieces: list[list[str]], limits: list[int], options: SearchOptions
                           ) -> list[list[Hypothesis]]:
@@ -186,7 +205,7 @@ class CTranslate2Engine:
             ids = self.tgt_tokenizer.piece_ids(pieces) + ([EOS_ID] if lp is not None else [])
             lps = scored[i][:len(ids)] if i in scored else []  # score_batch adds EOS to a cut hypothesis
             log_prob = sum(lps) if lp is None else lp
-            attention = _attention(result.attention[0], len(ids)) if options.return_attention else None
+            attention = _attention(out[i].attention[0], len(ids)) if options.return_attention else None
             results.append([Hypothesis(ids, lps if options.return_token_log_probs else [], log_prob,
                                        options.score(log_prob, len(ids)), attention)])
         return results

@@ -125,7 +125,8 @@ class TranslationService:
 
     def _attention(self, result: Translation) -> torch.Tensor:
         """Head average of the attention layer's source attention: float32 (T, S)."""
-        return result.attention[self.attention_layer - 1].mean(dim=0)  # (L, H, T, S) -> (T, S)
+        layer = min(self.attention_layer, result.attention.size(0))  # CTranslate2 returns one layer: its own
+        return result.attention[layer - 1].mean(dim=0)  # (L, H, T, S) -> (T, S)
 
     def spelled(self, code: str) -> str:
         """``code`` in the model's spelling where it names one of its languages, compared
