@@ -123,10 +123,18 @@ class TranslationService:
                 self.translator.align(a.src_ids, r, self.alignment_layer, a.tagged)
         return [(r, self._attention(r) if a.attention else None) for r, a in zip(results, asks)]
 
+    def attention_layer_of(self, result: Translation) -> int:
+        """The decoder layer (1-based) whose attention :meth:`_attention` returns for ``result``:
+        the attention layer where the engine returned every layer's attention (native), else
+        the one layer it returned, the alignment layer (CTranslate2: its export's)."""
+        if result.attention is None or result.attention.size(0) == self.translator.config.model.num_decoder_layers:
+            return self.attention_layer
+        return self.alignment_layer
+
     def _attention(self, result: Translation) -> torch.Tensor:
-        """Head average of the attention layer's source attention: float32 (T, S)."""
-        layer = min(self.attention_layer, result.attention.size(0))  # CTranslate2 returns one layer: its own
-        return result.attention[layer - 1].mean(dim=0)  # (L, H, T, S) -> (T, S)
+        """Head average of :meth:`attention_layer_of` ``result``'s source attention: float32 (T, S)."""
+        one = result.attention.size(0) < self.translator.config.model.num_decoder_layers  # CTranslate2: one layer
+        return result.attention[0 if one else self.attention_layer - 1].mean(dim=0)  # (L, H, T, S) -> (T, S)
 
     def spelled(self, code: str) -> str:
         """``code`` in the model's spelling where it names one of its languages, compared
@@ -161,9 +169,7 @@ class TranslationService:
               alignments: bool = False) -> None:
         """Refuse search options the engine lacks, before any work: alignments need the source
         attention of the search (``return_attention``), and of forced decoding for an n-best list
-        (the ``attention`` capability); ``attention`` (every decoder layer's, for
-        ``return_attention``) needs that capability too, since an engine such as CTranslate2
-        returns the alignment layer's only.
+        (the ``attention`` capability).
 
         Raises:
             UnsupportedOption: e.g. attention or constraints with the ctranslate2 engine.
@@ -173,8 +179,6 @@ class TranslationService:
         early, patience = stopping_rule(self.translator.config.decode, early_stopping, patience)
         check_supported(engine, self.translator.options(beam_size, nbest, return_attention=attention or alignments,
                                                         early_stopping=early, patience=patience))
-        if attention:
-            require(engine, "attention", "return_attention")
         if alignments and nbest > 1:
             require(engine, "attention", "alignments of n-best lists")
         for name, wanted in (("constraints", constraints), ("streaming", streaming)):
@@ -263,8 +267,9 @@ class TranslationService:
             attention = None
             if weights is not None:
                 best = translation.hypotheses[0]
-                attention = AttentionOut(layer=self.attention_layer, src_tokens=translation.src_pieces,
-                                         tgt_tokens=best.pieces, weights=weights[:len(best.pieces)].tolist())
+                attention = AttentionOut(layer=self.attention_layer_of(translation),
+                                         src_tokens=translation.src_pieces, tgt_tokens=best.pieces,
+                                         weights=weights[:len(best.pieces)].tolist())
             alignment = format_alignment(translation.alignment or []) if alignments else None
             out.append(TranslationOut(text=translation.text, hypotheses=hyps, attention=attention,
                                       alignment=alignment, warnings=translation.warnings or None))
