@@ -42,7 +42,7 @@ class Fake:
 def test_names_and_error_kind():
     assert INPUT_FORMATS == ("lines", "text", "html", "markdown", "srt", "vtt", "docx")
     assert [format_from_filename(n) for n in ("a.HTML", "b.htm", "c.md", "d.srt", "e.vtt", "f.docx", "g.txt", "h.de",
-                                               "noext")] == ["html", "html", "markdown", "srt", "vtt", "docx", "text",
+                                               "noext")] == ["html", "html", "markdown", "srt", "vtt", "docx", "lines",
                                                              "lines", "lines"]
     assert issubclass(DocumentError, AttnmtError)
 

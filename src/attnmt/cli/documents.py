@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from attnmt.errors import AttnmtError, DataError
+from attnmt.errors import AttnmtError, DataError, write_error
 
 log = logging.getLogger("attnmt")
 
@@ -91,13 +91,19 @@ def translate_document(tr, args: argparse.Namespace, source: str | None, fmt: st
     log.info("translated %s (%s) in %.2f s", name, fmt, time.perf_counter() - t0)
     if isinstance(out, bytes):
         if args.output is None or args.output == "-":
-            sys.stdout.buffer.write(out)
-            sys.stdout.flush()
+            try:
+                sys.stdout.buffer.write(out)
+                sys.stdout.flush()
+            except OSError as e:
+                raise write_error(f"standard output: cannot write: {e.strerror or e}", e) from None
         else:
             atomic_write(args.output, lambda tmp: Path(tmp).write_bytes(out))
     elif args.output is None or args.output == "-":
-        sys.stdout.write(out)
-        sys.stdout.flush()
+        try:
+            sys.stdout.write(out)
+            sys.stdout.flush()
+        except OSError as e:  # > /dev/full, a closed pipe
+            raise write_error(f"standard output: cannot write: {e.strerror or e}", e) from None
     else:
         atomic_write(args.output, lambda tmp: Path(tmp).write_text(out, encoding="utf-8", newline=""))
     return 0
@@ -120,8 +126,7 @@ def add_document_options(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--input-format", choices=[f for f in INPUT_FORMATS if f != "text"],
                    help="what --input holds: lines (one sentence per line), html, markdown, srt, vtt or docx; "
-                        "default from its extension (.html/.htm, .md, .srt, .vtt, .docx; .txt is lines split into "
-                        "sentences), else lines. A document comes back as a document of its format")
+                        "default from its extension (.html/.htm, .md, .srt, .vtt, .docx), else lines. A document comes back as a document of its format")
     p.add_argument("--split-sentences", action="store_true",
                    help="lines input: split each line into sentences and join their translations back on that line "
                         "(free text: paragraphs, blank lines kept); the document formats always split")

@@ -25,12 +25,13 @@ INPUT_FORMATS = ("lines", "text", "html", "markdown", "srt", "vtt", "docx")
 BINARY_FORMATS = frozenset({"docx"})
 
 _EXTENSIONS = {".html": "html", ".htm": "html", ".xhtml": "html", ".md": "markdown", ".markdown": "markdown",
-               ".srt": "srt", ".vtt": "vtt", ".docx": "docx", ".txt": "text"}
+               ".srt": "srt", ".vtt": "vtt", ".docx": "docx"}
 
 
 def format_from_filename(name: str) -> str:
     """The input format of a file by its extension (case-insensitive): ``.html``/``.htm`` html,
-    ``.md`` markdown, ``.srt``, ``.vtt``, ``.docx``, ``.txt`` text; ``lines`` for any other."""
+    ``.md`` markdown, ``.srt``, ``.vtt``, ``.docx``; ``lines`` for any other (``.txt`` included:
+    one sentence per line, as pipelines and the benchmarks give it)."""
     return _EXTENSIONS.get(PurePath(name).suffix.lower(), "lines")
 
 
