@@ -151,8 +151,8 @@ def test_libretranslate_request_shapes_and_errors(live):
     for body, message in (({"source": "de", "target": "en"}, "Invalid request: missing q parameter"),
                           ({"q": "hund", "target": "en"}, "Invalid request: missing source parameter"),
                           ({"q": "hund", "source": "fr", "target": "en"}, "fr is not supported"),
-                          ({"q": "hund", "source": "de", "target": "en", "format": "html"},
-                           "html format is not supported"),
+                          ({"q": "hund", "source": "de", "target": "en", "format": "xml"},
+                           "xml format is not supported"),
                           ({"q": ["hund"] * 17, "source": "de", "target": "en"},
                            "Invalid request: request (17) exceeds text limit (16)")):
         r = httpx.post(live + "translate", json=body)

@@ -93,6 +93,35 @@ def test_page_shows_translation_confidence_and_attention(server, tmp_path):
     assert (tmp_path / "serve_page.png").stat().st_size > 10_000
 
 
+def test_page_translates_a_paragraph_sentence_by_sentence(server):
+    """Two paragraphs of three sentences: three translations, each the API's for that sentence
+    alone, with the blank line between the paragraphs; hovering a word of the second sentence shows
+    that sentence's n-best list and attention."""
+    skip_without("chromium")
+    from playwright.sync_api import sync_playwright
+
+    sentences = ["ein mann sieht katze!", "kind spielt ball.", "frau fährt auto."]
+    api = httpx.post(server + "/v1/translate", json={"text": sentences, "beam_size": 3, "nbest": 2,
+                                                     "return_attention": True}).json()
+    expected = [t["text"] for t in api["translations"]]
+    assert all(expected)
+    with sync_playwright() as p:
+        browser, page = translate_on_page(p, server, f"{sentences[0]} {sentences[1]}\n\n{sentences[2]}", 3, 2)
+        page.wait_for_function("document.getElementById('translation').dataset.text !== ''")
+        shown = page.locator("#translation .sentence")
+        assert [shown.nth(i).get_attribute("data-text") for i in range(shown.count())] == expected
+        assert page.get_attribute("#translation", "data-text") == f"{expected[0]} {expected[1]}\n\n{expected[2]}"
+        assert page.locator("#translation br").count() == 2
+        assert "3 sentences translated" in page.inner_text("#status")
+        second = shown.nth(1).locator(".tok")
+        second.nth(0).hover()
+        assert page.locator("#translation .sentence.chosen").get_attribute("data-index") == "1"
+        assert page.locator("#nbest-list li").first.inner_text().startswith(expected[1])
+        assert page.locator("#heatmap tbody tr").count() == second.count() == len(
+            api["translations"][1]["attention"]["tgt_tokens"])
+        browser.close()
+
+
 def test_sigterm_finishes_the_requests_in_flight(dictionary_model_dir):
     # Sentences wait up to 1.5 s for company, so SIGTERM arrives while they are queued.
     proc, url = _start(dictionary_model_dir, "--set", "max_wait_ms=1500")

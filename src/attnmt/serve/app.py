@@ -8,6 +8,8 @@ Routes:
     each hypothesis carries its confidence (mean token log-probability, its words and their
     probabilities). ``tgt_lang``, the language to translate into, is required by a multilingual
     model (``attnmt.languages``); a bilingual one takes none or its own target.
+    With ``"input_format"`` (``attnmt.documents.INPUT_FORMATS``) or ``"split_sentences"`` each
+    text is a document, answered whole (``attnmt.serve.documents``; docx as base64).
     ``POST /v1/translate/stream``: the same for one sentence, answered with Server-Sent Events:
     ``word`` events (``{"index", "word"}``) as the translation's words become final (greedy: each
     step; beam search: the prefix all live hypotheses share; ``attnmt.serve.stream``), then one
@@ -16,7 +18,8 @@ Routes:
     ``GET /health``: 200 once the model is loaded, 503 before. ``GET /v1/models``: languages
     (``source_languages`` and ``target_languages`` too), engine, model and decoding settings,
     limits. ``GET /metrics``: Prometheus text. ``GET /``: the page.
-    ``POST /translate``, ``GET /languages``: LibreTranslate's API (``attnmt.serve.libre``).
+    ``POST /translate``, ``GET /languages``, ``POST /translate_file``, ``GET /download_file/{name}``:
+    LibreTranslate's API (``attnmt.serve.libre``, ``attnmt.serve.libre_files``).
 
 The translator may run any engine (``attnmt serve --engine``); an option the engine lacks
 (``return_attention`` on CTranslate2 or ONNX Runtime) is a 422 before any work.
@@ -56,8 +59,9 @@ from fastapi.responses import JSONResponse
 
 from attnmt.decode.translator import Translator
 from attnmt.oneline import finite_or_none
-from attnmt.serve import libre
+from attnmt.serve import libre, libre_files
 from attnmt.serve.batcher import Busy, QueueFull
+from attnmt.serve.documents import DocumentTranslator
 from attnmt.serve.metrics import ServeMetrics
 from attnmt.serve.middleware import RequestGuard
 from attnmt.serve.routes import STREAM_PATH, TRANSLATE_PATH, add_info_routes, add_translate_routes
@@ -85,12 +89,15 @@ class AppState:
         self.languages = languages
         self.metrics = ServeMetrics()
         self.service: TranslationService | None = None
+        self.documents: DocumentTranslator | None = None
         self.error: str | None = None
 
     def load(self) -> None:
         """Load the model and start the service; a failure is kept in :attr:`error` (``/health``)."""
         try:
-            self.service = TranslationService(self.loader(), self.settings, self.metrics, self.languages)
+            service = TranslationService(self.loader(), self.settings, self.metrics, self.languages)
+            self.documents = DocumentTranslator(service, self.metrics)
+            self.service = service
             log.info("model loaded; ready")
         except Exception as e:  # noqa: BLE001  (reported by /health; the server stays up to say so)
             log.exception("loading the model failed")
@@ -157,7 +164,8 @@ def create_app(loader: Callable[[], Translator], settings: ServeSettings | None 
             yield
         finally:
             await loading
-            if state.service is not None:  # finish what is queued
+            if state.service is not None:  # finish what is queued: the documents first, whose sentences it holds
+                await loop.run_in_executor(None, state.documents.close)
                 await loop.run_in_executor(None, state.service.close)
 
     app = FastAPI(title="attnmt", summary="Transformer translation with dynamic batching", lifespan=lifespan)
@@ -168,6 +176,7 @@ def create_app(loader: Callable[[], Translator], settings: ServeSettings | None 
     add_info_routes(app, state, name)
     add_translate_routes(app, state)
     libre.add_routes(app, state)
+    libre_files.add_file_routes(app, state)
     return app
 
 

@@ -6,12 +6,22 @@ wrong), hands the sentences to the service (``attnmt.serve.service``) and turns 
 raises into a status: 503 while loading or busy (``AppState.ready``, ``AppState.busy``), 504
 on time out.
 
+Documents (``/v1/translate`` with ``input_format`` or ``split_sentences``) go through
+``attnmt.serve.documents``: a request holds at most ``max_sentences`` documents, together of at
+most ``max_queue`` sentences of at most ``max_chars`` characters each, else 413 (as a body over
+``max_body_bytes``); a document that is not of its format is a 422 naming the place. Options that
+belong to one sentence (``nbest`` over 1, ``return_scores``, ``return_attention``, ``alignments``,
+``constraints``) are a 422 with a document.
+
 Library: FastAPI (routes, validation), sse-starlette (Server-Sent Events).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import json
 from importlib import resources
 from typing import TYPE_CHECKING
 
@@ -20,10 +30,12 @@ from fastapi.responses import HTMLResponse, Response
 from sse_starlette.sse import EventSourceResponse
 
 from attnmt.decode.engine import UnsupportedOption
+from attnmt.documents import BINARY_FORMATS, DocumentError
 from attnmt.languages import LanguageError
 from attnmt.serve import libre
 from attnmt.serve.batcher import Busy, Job
-from attnmt.serve.schemas import TranslateRequest, TranslateResponse, TranslateStreamRequest
+from attnmt.serve.documents import DocumentTooLarge
+from attnmt.serve.schemas import TranslateRequest, TranslateResponse, TranslateStreamRequest, TranslationOut
 from attnmt.serve.service import SentenceRequest, TranslationService
 from attnmt.serve.settings import ServeSettings
 from attnmt.serve.stream import StreamJob
@@ -67,8 +79,11 @@ def add_translate_routes(app: FastAPI, state: AppState) -> None:
                          503: {"description": "loading, queue full or shutting down"},
                          504: {"description": "timed out"}})
     async def translate(request: TranslateRequest) -> TranslateResponse:
-        """Translate one sentence or a list of them (each on its own), in input order."""
+        """Translate one sentence or a list of them (each on its own), in input order; or with
+        ``input_format`` (or ``split_sentences``) documents, each answered whole."""
         service = state.ready()
+        if request.input_format is not None or request.split_sentences is not None:
+            return await _translate_documents(request, state, service)
         texts, beam_size, asks = _checked(request, service, state.settings)
         try:
             results = await service.translate(texts, beam_size, request.nbest, request.return_attention, asks,
@@ -88,6 +103,9 @@ def add_translate_routes(app: FastAPI, state: AppState) -> None:
     async def translate_stream(request: TranslateStreamRequest) -> EventSourceResponse:
         """Translate one sentence, sending its words as they become final (Server-Sent Events)."""
         service = state.ready()
+        if request.input_format is not None or request.split_sentences is not None:
+            raise HTTPException(422, "the stream translates one sentence; send documents (input_format, "
+                                     "split_sentences) to /v1/translate")
         texts, beam_size, asks = _checked(request, service, state.settings, streaming=True)
         asks[0].stream = StreamJob(service.translator.tgt_tokenizer.decode, asyncio.get_running_loop())
         try:
@@ -96,6 +114,54 @@ def add_translate_routes(app: FastAPI, state: AppState) -> None:
         except Busy as e:
             raise state.busy(e) from None
         return EventSourceResponse(_stream_events(state, service, request, texts, jobs, asks[0].stream))
+
+
+SENTENCE_OPTIONS = ("return_scores", "return_attention", "alignments", "constraints")
+
+
+async def _translate_documents(request: TranslateRequest, state: AppState, service: TranslationService
+                               ) -> TranslateResponse:
+    """``request``'s texts as documents of its ``input_format`` (default 'lines'), each answered
+    whole (module docstring: the limits and the errors)."""
+    s = state.settings
+    texts = [request.text] if isinstance(request.text, str) else request.text
+    input_format = request.input_format or "lines"
+    beam_size = request.beam_size or service.translator.config.decode.beam_size
+    asked = [name for name in SENTENCE_OPTIONS if getattr(request, name) not in (False, None)]
+    problem = ((f"input_format: {', '.join(asked)} and nbest apply to sentences; a document is answered whole"
+                if asked or request.nbest != 1 else None)
+               or (f"{len(texts)} documents; at most {s.max_sentences}" if len(texts) > s.max_sentences else None)
+               or (f"beam_size {beam_size} is over the limit {s.max_beam_size}" if beam_size > s.max_beam_size
+                   else None)
+               or libre.not_unicode(texts, "document"))
+    if problem:
+        raise HTTPException(422, problem)
+    documents: list[str | bytes] = list(texts)
+    if input_format in BINARY_FORMATS:
+        try:
+            documents = [base64.b64decode(t, validate=True) for t in texts]
+        except (binascii.Error, ValueError) as e:
+            raise HTTPException(422, f"input_format {input_format}: the text is not base64 ({e})") from None
+    try:
+        service.target_language(request.tgt_lang)
+        service.check(beam_size, 1, False, early_stopping=request.early_stopping, patience=request.patience)
+    except (LanguageError, UnsupportedOption, ValueError) as e:
+        raise HTTPException(422, str(e)) from None
+    split = input_format != "lines" or bool(request.split_sentences)
+    try:
+        translated = await state.documents.translate(
+            documents, input_format, split, None, beam_size, request.early_stopping, request.patience,
+            request.tgt_lang, sentences=s.max_queue, chars=s.max_chars)
+    except DocumentTooLarge as e:
+        raise HTTPException(413, f"the documents are over the server's limits: {e}") from None
+    except DocumentError as e:
+        raise HTTPException(422, str(e)) from None
+    except Busy as e:
+        raise state.busy(e) from None
+    except TimeoutError:
+        raise HTTPException(504, f"not translated within {s.request_timeout_s} s") from None
+    out = [base64.b64encode(t).decode("ascii") if isinstance(t, bytes) else t for t in translated]
+    return TranslateResponse(translations=[TranslationOut(text=t) for t in out])
 
 
 def _checked(request: TranslateRequest, service: TranslationService, s: ServeSettings, streaming: bool = False
@@ -117,7 +183,7 @@ def _checked(request: TranslateRequest, service: TranslationService, s: ServeSet
     except LanguageError as e:
         raise HTTPException(422, str(e)) from None
     try:
-        service.check(beam_size, request.nbest, request.return_attention or request.alignments,
+        service.check(beam_size, request.nbest, request.return_attention, alignments=request.alignments,
                       constraints=bool(constraints and any(constraints)), streaming=streaming,
                       early_stopping=request.early_stopping, patience=request.patience)
     except (UnsupportedOption, ValueError) as e:  # ValueError: patience without early stopping

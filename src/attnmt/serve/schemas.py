@@ -6,14 +6,21 @@ A request's unknown fields and wrong types are a 422 (``extra="forbid"``, strict
 limits a request is checked against are the server's (``attnmt.serve.settings``). A hypothesis'
 fields are those of ``attnmt.decode.output.hypothesis_record``.
 
+With ``input_format`` or ``split_sentences`` each text is a document (``attnmt.documents``):
+cut into sentences, translated, and answered whole as the translation's ``text`` (a docx file
+travels as base64 both ways), without hypotheses.
+
 Library: pydantic.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from attnmt import ranges
+from attnmt.documents import INPUT_FORMATS
 
 
 class TranslateRequest(BaseModel):
@@ -40,6 +47,14 @@ class TranslateRequest(BaseModel):
         None, description="terms the translation must contain (lexically constrained beam search): a list of "
         "phrases for a single text, or one list of phrases per text")
     alignments: bool = Field(False, description="add the best hypothesis' word alignment (Moses 'i-j' pairs)")
+    input_format: Literal[INPUT_FORMATS] | None = Field(  # type: ignore[valid-type]  (the tuple's names)
+        None, description="translate each text as a document of this format, its markup and whitespace kept: "
+        "'text' (paragraphs cut into sentences), 'lines' (one sentence per line; with split_sentences, each line "
+        "cut into sentences), 'html', 'markdown', 'srt', 'vtt', or 'docx' (the file in base64, answered in "
+        "base64); default: each text is one sentence (no document)")
+    split_sentences: bool | None = Field(None, description="cut each line of a 'lines' document into sentences "
+                                         "(the other formats always are); given without input_format, the texts "
+                                         "are 'lines' documents")
 
 
 class TranslateStreamRequest(TranslateRequest):
@@ -67,8 +82,9 @@ class AttentionOut(BaseModel):
 
 
 class TranslationOut(BaseModel):
-    text: str = Field(description="the best translation")
-    hypotheses: list[HypothesisOut] = Field(description="nbest hypotheses, best first")
+    text: str = Field(description="the best translation; a translated document (base64 for docx)")
+    hypotheses: list[HypothesisOut] = Field(default_factory=list, description="nbest hypotheses, best first "
+                                            "(none for a document: input_format)")
     attention: AttentionOut | None = None
     alignment: str | None = Field(None, description="with alignments: source-target word pairs of the best "
                                   "hypothesis, 0-based, e.g. '0-0 1-2 2-1'")

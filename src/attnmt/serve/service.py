@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING
 
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER, DEFAULT_ATTENTION_LAYER
 from attnmt.decode.alignment import format_alignment
-from attnmt.decode.engine import UnsupportedOption, check_supported
+from attnmt.decode.engine import UnsupportedOption, check_supported, require
 from attnmt.decode.output import hypothesis_record
 from attnmt.decode.translator import Translation, Translator
+from attnmt.documents import INPUT_FORMATS
 from attnmt.languages import LanguageError, served_languages, spelling, target_language
 from attnmt.search.options import stopping_rule
 from attnmt.serve.batcher import DynamicBatcher, Job
@@ -122,10 +123,18 @@ class TranslationService:
                 self.translator.align(a.src_ids, r, self.alignment_layer, a.tagged)
         return [(r, self._attention(r) if a.attention else None) for r, a in zip(results, asks)]
 
+    def attention_layer_of(self, result: Translation) -> int:
+        """The decoder layer (1-based) whose attention :meth:`_attention` returns for ``result``:
+        the attention layer where the engine returned every layer's attention (native), else
+        the one layer it returned, the alignment layer (CTranslate2: its export's)."""
+        if result.attention is None or result.attention.size(0) == self.translator.config.model.num_decoder_layers:
+            return self.attention_layer
+        return self.alignment_layer
+
     def _attention(self, result: Translation) -> torch.Tensor:
-        """Head average of the attention layer's source attention: float32 (T, S)."""
-        layer = min(self.attention_layer, result.attention.size(0))  # CTranslate2 returns one layer: its own
-        return result.attention[layer - 1].mean(dim=0)  # (L, H, T, S) -> (T, S)
+        """Head average of :meth:`attention_layer_of` ``result``'s source attention: float32 (T, S)."""
+        one = result.attention.size(0) < self.translator.config.model.num_decoder_layers  # CTranslate2: one layer
+        return result.attention[0 if one else self.attention_layer - 1].mean(dim=0)  # (L, H, T, S) -> (T, S)
 
     def spelled(self, code: str) -> str:
         """``code`` in the model's spelling where it names one of its languages, compared
@@ -156,8 +165,11 @@ class TranslationService:
         return target_language(self.translator.config, tgt_lang)
 
     def check(self, beam_size: int, nbest: int, attention: bool, constraints: bool = False,
-              streaming: bool = False, early_stopping: bool | None = None, patience: float | None = None) -> None:
-        """Refuse search options the engine lacks, before any work (alignments need attention).
+              streaming: bool = False, early_stopping: bool | None = None, patience: float | None = None,
+              alignments: bool = False) -> None:
+        """Refuse search options the engine lacks, before any work: alignments need the source
+        attention of the search (``return_attention``), and of forced decoding for an n-best list
+        (the ``attention`` capability).
 
         Raises:
             UnsupportedOption: e.g. attention or constraints with the ctranslate2 engine.
@@ -165,8 +177,10 @@ class TranslationService:
         """
         engine = self.translator.engine
         early, patience = stopping_rule(self.translator.config.decode, early_stopping, patience)
-        check_supported(engine, self.translator.options(beam_size, nbest, return_attention=attention,
+        check_supported(engine, self.translator.options(beam_size, nbest, return_attention=attention or alignments,
                                                         early_stopping=early, patience=patience))
+        if alignments and nbest > 1:
+            require(engine, "attention", "alignments of n-best lists")
         for name, wanted in (("constraints", constraints), ("streaming", streaming)):
             if wanted and name not in engine.supports:
                 raise UnsupportedOption(f"the {engine.name} engine does not support {name}")
@@ -253,8 +267,9 @@ class TranslationService:
             attention = None
             if weights is not None:
                 best = translation.hypotheses[0]
-                attention = AttentionOut(layer=self.attention_layer, src_tokens=translation.src_pieces,
-                                         tgt_tokens=best.pieces, weights=weights[:len(best.pieces)].tolist())
+                attention = AttentionOut(layer=self.attention_layer_of(translation),
+                                         src_tokens=translation.src_pieces, tgt_tokens=best.pieces,
+                                         weights=weights[:len(best.pieces)].tolist())
             alignment = format_alignment(translation.alignment or []) if alignments else None
             out.append(TranslationOut(text=translation.text, hypotheses=hyps, attention=attention,
                                       alignment=alignment, warnings=translation.warnings or None))
@@ -264,7 +279,8 @@ class TranslationService:
         """The ``/v1/models`` entry: languages (a bilingual model's ``source_language`` and
         ``target_language``, None for a multilingual one; every model's ``source_languages`` and
         ``target_languages``; ``multilingual``: requests need a ``tgt_lang``), engine, model size,
-        decoding defaults, limits (any model directory: trained, imported or exported)."""
+        decoding defaults, limits, the document formats ``input_format`` takes (any model
+        directory: trained, imported or exported)."""
         tr = self.translator
         engine = tr.engine
         m = tr.config.model
@@ -282,4 +298,4 @@ class TranslationService:
                            "length_penalty_type": dc.length_penalty_type, "length_penalty_k": dc.length_penalty_k,
                            "precision": tr.precision, "attention": tr.attention_kind},
                 "attention_layer": self.attention_layer, "alignment_layer": self.alignment_layer,
-                "limits": self.settings.model_dump()}
+                "limits": self.settings.model_dump(), "input_formats": list(INPUT_FORMATS)}

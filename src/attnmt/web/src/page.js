@@ -1,6 +1,8 @@
 // The exported page: a text box, a translate button, words appearing as they are decoded, the
 // time per sentence and the source attention of the chosen decoder layer as a heatmap (drawn as
-// attnmt serve's page draws it). A multilingual model's page has a picker of the target language
+// attnmt serve's page draws it). A pasted paragraph is cut into sentences (sentences.js), which
+// are translated in one batch and put back with the whitespace between them; the heatmap shows
+// the sentence last clicked in the translation (the first at first). A multilingual model's page has a picker of the target language
 // (shown where the model has several; a model with one uses it without asking). The translator
 // (ONNX Runtime Web's WebAssembly backend with SIMD, the model of ./model/, the search) runs in a
 // Web Worker (worker.js), so the page stays responsive while it searches; it uses threads where the
@@ -10,8 +12,10 @@
 // again in a worker, where it serves the translator instead (one file to ship and to cache).
 //
 // Scripts drive the page without the DOM through window.attnmt = {ready: Promise<void>,
-// translate(text, {beamSize, tgtLang}) -> Promise<string>, translateFull, translateBatch, threads(),
-// targetLanguages()}; tgtLang defaults to the picker's language.
+// translate(text, {beamSize, tgtLang}) -> Promise<string>, translateFull, translateBatch,
+// translateText, sentences(text), threads(), targetLanguages()}; tgtLang defaults to the picker's
+// language.
+import { joinTranslations, segmentSentences, sentencesOf } from "./sentences.js";
 import { serveTranslator } from "./worker.js";
 
 const inWorker = typeof document === "undefined";
@@ -74,6 +78,12 @@ function languageName(code) {
 /** The picker's target language; undefined for a bilingual model (no tag). */
 function chosenLanguage() { return $("tgt-lang").value || undefined; }
 
+/** The parts of `text` as the page cuts it into sentences, in the model's source language (a
+ * model reading several: the rules common to all languages). */
+function sentenceParts(text) {
+  return segmentSentences(text, model?.config.src_lang || undefined);
+}
+
 function tokenSpan(piece, index) {
   const span = document.createElement("span");
   span.className = "tok" + (piece.startsWith("\u2581") && index > 0 ? " ws" : "") + (piece === "</s>" ? " eos" : "");
@@ -85,6 +95,42 @@ function tokenSpan(piece, index) {
 function showPieces(pieces) {
   const box = $("translation");
   box.replaceChildren(...pieces.map(tokenSpan));
+}
+
+/** Whitespace between sentences as the page shows it: a line break per newline, else a space. */
+function gap(space) {
+  const breaks = (space.match(/\n/g) || []).length;
+  if (breaks) return Array.from({ length: breaks }, () => document.createElement("br"));
+  return space ? [document.createTextNode(" ")] : [];
+}
+
+/** The translated sentences, each a span.sentence of its pieces (a click shows its heatmap), with
+ * the source's line breaks between them. */
+function showSentences(parts, results) {
+  const box = $("translation");
+  box.replaceChildren();
+  let k = 0;
+  for (const part of parts) {
+    box.append(...gap(part.before));
+    if (part.sentence) {
+      const result = results[k];
+      const span = document.createElement("span");
+      span.className = "sentence";
+      span.dataset.index = k++;
+      span.dataset.text = result.text;
+      span.append(...result.pieces.map(tokenSpan));
+      span.addEventListener("click", () => choose(result, span));
+      box.append(span);
+    }
+    box.append(...gap(part.after));
+  }
+}
+
+/** Show the heatmap of `result`, the sentence `span` of the translation. */
+function choose(result, span) {
+  last = result;
+  document.querySelectorAll("#translation .sentence").forEach((s) => s.classList.toggle("chosen", s === span));
+  drawHeatmap(result);
 }
 
 /** The rows (T, S) of decoder layer `layer` from the per-token (L, S) attention arrays. */
@@ -129,6 +175,17 @@ async function translate(text, { beamSize, tgtLang, onStep } = {}) {
   return (await translateTexts([text], { beamSize, tgtLang, onStep }))[0];
 }
 
+/** `text` cut into sentences, their results (translated in one batch; words streamed to `onStep`
+ * where there is one sentence) and the translated text. */
+async function translateParagraphs(text, { beamSize, tgtLang, onStep } = {}) {
+  await worker.ready;  // the model's source language chooses the segmentation rules
+  const parts = sentenceParts(text);
+  const sentences = sentencesOf(parts);
+  const results = sentences.length ? await translateTexts(sentences, {
+    beamSize, tgtLang, onStep: sentences.length === 1 ? onStep : undefined }) : [];
+  return { parts, results, text: joinTranslations(parts, results.map((r) => r.text)) };
+}
+
 async function translateFromPage() {
   const button = $("translate"), status = $("status");
   const beamSize = Math.max(1, parseInt($("beam-size").value, 10) || 1);
@@ -136,13 +193,17 @@ async function translateFromPage() {
   status.className = "";
   status.textContent = "translating\u2026";
   try {
-    const result = await translate($("source").value, { beamSize, onStep: (p) => showPieces(p.pieces) });
-    last = result;
-    showPieces(result.pieces);
-    $("translation").dataset.text = result.text;
-    drawHeatmap(result);
-    status.textContent = `translated in ${Math.round(result.ms)} ms (${beamSize === 1 ? "greedy" : `beam ${beamSize}`}, `
-      + `${threadsText()})`;
+    const started = performance.now();
+    const { parts, results, text } = await translateParagraphs($("source").value, {
+      beamSize, onStep: (p) => showPieces(p.pieces) });
+    showSentences(parts, results);
+    $("translation").dataset.text = text;
+    const first = document.querySelector("#translation .sentence");
+    if (first) choose(results[0], first);
+    else drawHeatmap(last = null);
+    const n = results.length;
+    status.textContent = `${n === 1 ? "" : `${n} sentences `}translated in ${Math.round(performance.now() - started)} `
+      + `ms (${beamSize === 1 ? "greedy" : `beam ${beamSize}`}, ${threadsText()})`;
   } catch (e) {
     status.className = "error";
     status.textContent = `error: ${e.message}`;
@@ -191,6 +252,11 @@ function startPage() {
     /** Whole results for many texts, searched `batchSize` sentences at a time (default 32). */
     translateBatch: (texts, { beamSize, batchSize, tgtLang } = {}) =>
       translateTexts(texts, { beamSize, batchSize, tgtLang }),
+    /** A text of any number of sentences and paragraphs, translated sentence by sentence as the
+     * page's button does; the whitespace between sentences kept. */
+    translateText: async (text, { beamSize, tgtLang } = {}) => (await translateParagraphs(text, { beamSize, tgtLang })).text,
+    /** The sentences the page cuts `text` into (sentences.js). */
+    sentences: async (text) => { await worker.ready; return sentencesOf(sentenceParts(text)); },
     /** ONNX Runtime Web's threads: 1 unless the page is cross-origin isolated. */
     threads: () => (model ? model.threads : numThreads),
     /** A multilingual model's target language codes ([] for a bilingual model). */
