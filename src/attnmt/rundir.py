@@ -54,6 +54,7 @@ VOCAB = "vocab.json"
 CTRANSLATE2_MODEL = "model.bin"  # written by CTranslate2's converter (attnmt.interop.ctranslate2)
 ONNX_ENCODER = "encoder.onnx"  # the graphs of attnmt.interop.onnx
 ONNX_DECODER_STEP = "decoder_step.onnx"
+PRECISION_CHOICE = "precision.json"  # a run's train.precision auto: what it chose (attnmt.train.calibration)
 
 # The safetensors metadata key under which :func:`save_weights` records the model section a
 # Transformer's weights were trained as (JSON, the keys of :func:`architecture`).
