@@ -206,7 +206,8 @@ def choose(job: str, shapes: str, step: Callable[[str, int], int], count: int) -
     path = cache_file()
     cached = read_cache(path).get(key)
     if cached is not None:
-        choice = Choice(cached["precision"], {p: float(r) for p, r in cached["rates"].items()}, how="cache")
+        rates = {p: float(cached["rates"][p]) for p in CANDIDATES if p in cached["rates"]}
+        choice = Choice(cached["precision"], rates, how="cache")
     else:
         started = time.perf_counter()
         rates = {p: round(r, 1) for p, r in measure(step, count).items()}
