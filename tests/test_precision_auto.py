@@ -49,6 +49,7 @@ def fake_step(rates: dict[str, float], clock: FakeClock, calls: list | None = No
 @pytest.fixture
 def cache_home(tmp_path, monkeypatch):
     """The user's cache directory in tmp_path, and a CPU with bfloat16 kernels (so that auto times)."""
+    monkeypatch.delenv("ATTNMT_PRECISION_CACHE", raising=False)  # the session's (conftest): this test's own
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(precision, "cpu_bf16_is_fast", lambda: True)
     return tmp_path / "cache" / "attnmt" / autoprecision.CACHE_NAME
@@ -121,6 +122,7 @@ def test_the_cache_keeps_a_choice_per_cpu_model_and_job_shape(cache_home, fake_t
     with caplog.at_level(logging.INFO, logger="attnmt.autoprecision"):
         first = autoprecision.choose("train", "shape A", counted_step(calls), 3)
     assert first.precision == "bf16" and first.how == "measured" and calls
+    assert autoprecision.cache_file() == cache_home
     assert "precision auto: fp32 1,000 tok/s, bf16 3,000 tok/s -> bf16" in caplog.text
     entries = json.loads(cache_home.read_text())["entries"]
     [key] = entries
@@ -150,7 +152,7 @@ def test_a_corrupt_cache_is_ignored_with_a_warning_and_written_anew(cache_home, 
 
 
 def test_a_cpu_without_bfloat16_kernels_times_nothing(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("ATTNMT_PRECISION_CACHE", str(tmp_path / "attnmt" / "precision.json"))
     monkeypatch.setattr(precision, "cpu_bf16_is_fast", lambda: False)
     calls = []
     choice = autoprecision.choose("train", "shape", counted_step(calls), 3)
@@ -229,7 +231,7 @@ def test_timing_the_preset_s_model_costs_under_1_percent_of_its_56_minute_budget
     layers, 8k vocabulary) on batches of its batch size (4,096 tokens). Its cost is taken as the
     process's CPU seconds per thread (the work it does, which a shared machine's other processes do
     not inflate as they inflate the wall clock) and must stay under 1% of 56 minutes."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("ATTNMT_PRECISION_CACHE", str(tmp_path / "precision.json"))
     config = load_config(REPO / "configs" / "multi30k_de_en.yaml")
     torch.manual_seed(0)
     model = Transformer(config.model, 8000, 8000)

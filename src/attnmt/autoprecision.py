@@ -18,7 +18,8 @@ in each precision and keeps the faster:
 
 The outcome is cached per CPU model (:func:`cpu_identity`: model name, family, model, flags) and
 per job shape (the caller's signature: the model's sizes, the batch size, the thread count), in
-``$XDG_CACHE_HOME/attnmt/precision.json`` (default ``~/.cache/attnmt/``), written atomically; a
+``$XDG_CACHE_HOME/attnmt/precision.json`` (default ``~/.cache/attnmt/``; another file with
+``ATTNMT_PRECISION_CACHE``), written atomically; a
 later job of the same shape on the same CPU model reads it and times nothing. A cache file that
 cannot be read (corrupt, or of another layout) is ignored with a warning and written anew.
 
@@ -144,7 +145,10 @@ def cpu_identity() -> str:
 
 
 def cache_file() -> Path:
-    """``$XDG_CACHE_HOME/attnmt/precision.json``, default ``~/.cache/attnmt/precision.json``."""
+    """``$ATTNMT_PRECISION_CACHE`` if set, else ``$XDG_CACHE_HOME/attnmt/precision.json``
+    (default ``~/.cache/attnmt/precision.json``)."""
+    if os.environ.get("ATTNMT_PRECISION_CACHE"):
+        return Path(os.environ["ATTNMT_PRECISION_CACHE"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attnmt" / CACHE_NAME
 
 
