@@ -17,6 +17,7 @@ Library: torch.
 from __future__ import annotations
 
 import copy
+import logging
 
 import torch
 
@@ -27,6 +28,8 @@ from attnmt.model.transformer import Transformer
 from attnmt.search.batched import search_batch
 from attnmt.search.options import SearchOptions
 
+log = logging.getLogger(__name__)
+
 SENTENCES = 16  # sources per timed search batch
 BATCHES = 3  # one warm-up batch and two timed, for each precision
 BEAM = 4  # the paper's beam size
@@ -35,10 +38,11 @@ BEAM = 4  # the paper's beam size
 def translation_choice(model: Transformer, device: torch.device) -> Choice:
     """The precision ``auto`` translates at on ``device`` with ``model`` (float32, in eval mode):
     module docstring."""
-    if device.type == "cuda":
-        return Choice("bf16" if torch.cuda.is_bf16_supported() else "fp32", how="the cuda rule")
     if device.type != "cpu":
-        return Choice("fp32", how=f"the {device.type} rule")
+        bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        choice = Choice("bf16" if bf16 else "fp32", how=f"the {device.type} rule")
+        log.info("%s", choice.line())
+        return choice
     vocab = len(model.decoder.embedding.weight)
     generator = torch.Generator().manual_seed(0)
     batches = []

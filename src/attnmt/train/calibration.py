@@ -51,7 +51,9 @@ def training_choice(config: Config, run_dir: Path, resume: bool, model: Transfor
         return kept
     if device.type != "cpu":
         chosen = training_precision("bf16", device.type) if device.type == "cuda" else "fp32"
-        return Choice(chosen, how=f"the {device.type} rule")
+        choice = Choice(chosen, how=f"the {device.type} rule")
+        log.info("%s", choice.line())
+        return choice
     choice = None
     if ranks.is_main:
         batches = first_batches(config, data, ranks)
