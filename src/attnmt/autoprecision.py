@@ -9,8 +9,8 @@ in each precision and keeps the faster:
 
 - :func:`measure` alternates the precisions batch by batch (fp32 then bf16, then bf16 then
   fp32, ...) after one untimed warm-up step each, so that a drift of a shared machine's load
-  hits both alike, for at least :data:`MIN_TIMED` timed steps each and until
-  :data:`MAX_SECONDS` of timed work, whichever comes last; the rate is tokens per second.
+  hits both alike: at least :data:`MIN_TIMED` rounds, then more while the timed work is under
+  :data:`MAX_SECONDS` and a batch is left untimed; the rate is tokens per second of wall clock.
 - :func:`decide`: bf16 wins only when it is faster than fp32 by more than :data:`MARGIN`; a
   tie within the margin goes to fp32, the exact arithmetic.
 - int8 is never a candidate: it changes the translations, not only their speed.
