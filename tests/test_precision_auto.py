@@ -270,3 +270,20 @@ def test_translation_auto_picks_the_faster_names_it_and_caches_it(cache_home, fa
     assert NativeEngine(tiny_model(vocab=30), "cpu", "fp32").precision == "fp32" and fake_timer["measured"] == 2
     with pytest.raises(ValueError, match="int8"):
         NativeEngine(tiny_model(vocab=30), "cpu", "int8").set_precision("auto")
+
+
+def test_a_model_directory_s_auto_is_timed_and_an_explicit_precision_is_not(tiny_run, tmp_path, cache_home,
+                                                                             fake_timer):
+    import shutil
+
+    from attnmt.interop.engines import open_translator
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_run, model_dir)
+    config = rundir.read_config(model_dir)
+    rundir.write_config(config.model_copy(update={"decode": config.decode.model_copy(update={"precision": "auto"})}),
+                        model_dir)
+    assert open_translator(model_dir, precision="fp32").precision == "fp32"
+    assert fake_timer["measured"] == 0  # --precision fp32 over the model's auto: nothing timed
+    tr = open_translator(model_dir)
+    assert tr.precision == "bf16" and fake_timer["measured"] == 1
