@@ -199,8 +199,8 @@ def precision_choice(args) -> None:
 
     for name in ("fp32", "bf16") if cpu_bf16_is_fast() else ("fp32",):  # bf16 without its kernels: far slower
         logged = trained(args, f"precision-{name}", {**sets, "train.precision": name})
-        h.record(args, section, figure, f"{name} tgt tok/s", round(h.last(logged, "train", "tgt_tokens_per_s")), "tok/s",
-                 steps=args.steps)
+        rate = round(h.last(logged, "train", "tgt_tokens_per_s"))
+        h.record(args, section, figure, f"{name} tgt tok/s", rate, "tok/s", steps=args.steps)
     cache = args.work / args.suite / "precision-cache.json"  # empty: this CPU model's first timing
     cache.unlink(missing_ok=True)
     trained(args, "precision-auto", {**sets, "train.precision": "auto", "train.max_steps": 1},
