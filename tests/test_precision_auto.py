@@ -287,3 +287,17 @@ def test_a_model_directory_s_auto_is_timed_and_an_explicit_precision_is_not(tiny
     assert fake_timer["measured"] == 0  # --precision fp32 over the model's auto: nothing timed
     tr = open_translator(model_dir)
     assert tr.precision == "bf16" and fake_timer["measured"] == 1
+
+
+def test_off_the_cpu_auto_keeps_the_device_s_rule_without_timing(tmp_path, monkeypatch, fake_timer):
+    from attnmt.train import distributed
+
+    config = config_from_dict(copy_task_config(tmp_path, precision="auto"))
+    ranks = distributed.from_env()
+    for supported, expected in ((True, "bf16"), (False, "fp16")):  # fp16: a GPU before Ampere
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, supported=supported, **k: supported)
+        choice = calibration.training_choice(config, tmp_path, False, None, None, ranks, torch.device("cuda"))
+        assert choice.precision == expected and choice.how == "the cuda rule"
+    assert calibration.training_choice(config, tmp_path, False, None, None, ranks, torch.device("mps")).precision \
+        == "fp32"
+    assert fake_timer["measured"] == 0

@@ -44,20 +44,18 @@ WARMUP_SENTENCES = 8  # of the first batch, the warm-up step's
 def training_choice(config: Config, run_dir: Path, resume: bool, model: Transformer, data: CorpusData,
                     ranks: distributed.Ranks, device: torch.device) -> Choice:
     """The precision ``auto`` trains at (module docstring): the run's own earlier choice on
-    ``resume``, the GPU's rule off the CPU, else timed (or cached) on rank 0 and shared."""
-    kept = kept_choice(run_dir) if resume else None
-    if kept is not None:
-        log.info("%s", kept.line())
-        return kept
-    if device.type != "cpu":
-        chosen = training_precision("bf16", device.type) if device.type == "cuda" else "fp32"
-        choice = Choice(chosen, how=f"the {device.type} rule")
-        log.info("%s", choice.line())
-        return choice
+    ``resume``, the GPU's rule off the CPU, else timed (or cached). Rank 0 alone reads the run
+    directory and times; every rank gets its choice."""
     choice = None
     if ranks.is_main:
-        batches = first_batches(config, data, ranks)
-        choice = calibrate(model, batches, config, device)
+        choice = kept_choice(run_dir) if resume else None
+        if choice is None and device.type != "cpu":
+            choice = Choice(training_precision("bf16", device.type) if device.type == "cuda" else "fp32",
+                            how=f"the {device.type} rule")
+        if choice is None:
+            choice = calibrate(model, first_batches(config, data, ranks), config, device)  # logs its line
+        else:
+            log.info("%s", choice.line())
     return distributed.broadcast(choice, device)
 
 
