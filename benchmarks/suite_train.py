@@ -18,6 +18,11 @@ loss, graphs compiled and compile seconds (empty inductor cache).
 
 ``--part ddp``: the preset for ``--steps`` updates under torchrun with 2 processes of 1 thread, and in
 one process of 2 threads accumulating 2 batches (the same updates): validation perplexity and rate.
+
+``--part precision``: what ``train.precision: auto`` chooses on this CPU model and whether it is right:
+the preset trained ``--steps`` updates in float32 and in bfloat16 at a constant rate (last window's
+tokens/s), then started with ``auto`` and an empty timing cache (``ATTNMT_PRECISION_CACHE``): the
+rates its timing measured, the seconds it took and its choice (1: bf16, 0: fp32).
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ from decoding import decode_jobs, fastest_rounds
 from setting import LABEL, PEERS, TOOLKITS, Setting, peer_venv, prepare_data, versions
 from training import model_flops_per_target_token, timed_rounds, train_decode_models
 
-PARTS = {"peers": ["--part", "peers"], "compile": ["--part", "compile"], "ddp": ["--part", "ddp"]}
+PARTS = {"peers": ["--part", "peers"], "compile": ["--part", "compile"], "ddp": ["--part", "ddp"],
+         "precision": ["--part", "precision"]}
 SMOKE = {"updates": 4, "rounds": 1, "log_every": 2, "warmup": 10, "decode_updates": 0, "test_lines": 8,
          "decode_rounds": 1, "steps": 2, "toolkits": "attnmt,joeynmt,onmt",
          "config": lambda args: h.small_config(args, args.work / "smoke" / "compile")}
@@ -41,7 +47,7 @@ MODELS = ("attnmt_model",)
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--part", choices=("peers", "compile", "ddp"), default="peers")
+    p.add_argument("--part", choices=("peers", "compile", "ddp", "precision"), default="peers")
     p.add_argument("--updates", type=int, default=120, help="peers: updates per toolkit per round")
     p.add_argument("--rounds", type=int, default=2, help="peers: training rounds, the order alternating")
     p.add_argument("--log-every", type=int, default=20, help="peers: throughput window in updates")
@@ -54,9 +60,9 @@ def add_arguments(p) -> None:
     p.add_argument("--decode-rounds", type=int, default=2, help="peers: translation rounds (fastest kept)")
     p.add_argument("--decode-updates", type=int, default=600, help="peers: updates of the translation models")
     p.add_argument("--no-decode", action="store_true", help="peers: training only")
-    p.add_argument("--config", type=Path, default=h.ROOT / "configs" / "multi30k_de_en.yaml", help="compile, ddp: preset")
+    p.add_argument("--config", type=Path, default=h.ROOT / "configs" / "multi30k_de_en.yaml", help="compile, ddp, precision: preset")
     p.add_argument("--precisions", nargs="+", default=["fp32"], choices=["fp32", "bf16"], help="compile")
-    p.add_argument("--steps", type=int, default=300, help="compile, ddp: updates of each run")
+    p.add_argument("--steps", type=int, default=300, help="compile, ddp, precision: updates of each run")
 
 
 def setting(args) -> Setting:
@@ -189,6 +195,29 @@ def data_parallel(args) -> None:
             h.record(args, "Data-parallel training on CPU", figure, column, value, unit, steps=args.steps)
 
 
+def precision_choice(args) -> None:
+    """Training rates in fp32 and bf16, then train.precision auto's timing and choice; each recorded."""
+    section, figure = "Training precision (`train.precision: auto`)", args.config.stem
+    sets = {"train.dropout_curriculum": 0, "train.schedule": "constant", "train.budget_decay": "inverse_sqrt",
+            **dict(x.split("=") for x in h.capped(args.steps)), "train.log_every": min(100, max(1, args.steps // 2)),
+            "train.valid_bleu": "false", "train.num_threads": args.threads}
+    from attnmt.precision import cpu_bf16_is_fast
+
+    for name in ("fp32", "bf16") if cpu_bf16_is_fast() else ("fp32",):  # bf16 without its kernels: far slower
+        logged = trained(args, f"precision-{name}", {**sets, "train.precision": name})
+        rate = round(h.last(logged, "train", "tgt_tokens_per_s"))
+        h.record(args, section, figure, f"{name} tgt tok/s", rate, "tok/s", steps=args.steps)
+    cache = args.work / args.suite / "precision-cache.json"  # empty: this CPU model's first timing
+    cache.unlink(missing_ok=True)
+    trained(args, "precision-auto", {**sets, "train.precision": "auto", "train.max_steps": 1},
+            env={"ATTNMT_PRECISION_CACHE": str(cache)})
+    chosen = json.loads((args.work / args.suite / "precision-auto" / "precision.json").read_text(encoding="utf-8"))
+    for name, rate in chosen["rates"].items():
+        h.record(args, section, figure, f"auto's timing: {name} tok/s", round(rate), "tok/s")
+    h.record(args, section, figure, "auto's timing: seconds", round(chosen["seconds"], 1), "s")
+    h.record(args, section, figure, "auto chose bf16", int(chosen["precision"] == "bf16"), "1 bf16, 0 fp32")
+
+
 def run(args) -> None:
     os.environ.setdefault("ATTNMT_DATA", str(args.data))
-    {"peers": peers, "compile": compiled, "ddp": data_parallel}[args.part](args)
+    {"peers": peers, "compile": compiled, "ddp": data_parallel, "precision": precision_choice}[args.part](args)

@@ -63,6 +63,19 @@ def multi30k_data() -> Path | None:
     return Path(root) if root and (Path(root) / "multi30k" / "train.de.gz").is_file() else None
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _precision_cache_of_the_session(tmp_path_factory):
+    """``precision: auto``'s cache (``attnmt.autoprecision``) in a folder of the test session, for
+    this process and the commands it starts: the tests neither read a user's timings nor leave theirs."""
+    saved = os.environ.get("ATTNMT_PRECISION_CACHE")
+    os.environ["ATTNMT_PRECISION_CACHE"] = str(tmp_path_factory.mktemp("precision_cache") / "precision.json")
+    yield
+    if saved is None:
+        os.environ.pop("ATTNMT_PRECISION_CACHE", None)
+    else:
+        os.environ["ATTNMT_PRECISION_CACHE"] = saved
+
+
 @pytest.fixture(autouse=True)
 def _attnmt_loggers_enabled():
     """attnmt's loggers switched on for every test: a library that configures logging with

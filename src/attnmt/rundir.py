@@ -58,6 +58,7 @@ CONFIG_LAST_LINE = "# end\n"
 CTRANSLATE2_MODEL = "model.bin"  # written by CTranslate2's converter (attnmt.interop.ctranslate2)
 ONNX_ENCODER = "encoder.onnx"  # the graphs of attnmt.interop.onnx
 ONNX_DECODER_STEP = "decoder_step.onnx"
+PRECISION_CHOICE = "precision.json"  # a run's train.precision auto: what it chose (attnmt.train.calibration)
 
 
 def write_config(config: Config, run_dir: str | Path) -> None:

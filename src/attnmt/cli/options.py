@@ -194,9 +194,10 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     ``--attention``, the thread options and ``--device``."""
     p.add_argument("--model", required=True, help="model directory written by 'attnmt train'")
     p.add_argument("--weights", help="a .safetensors file to use instead of MODEL/model.safetensors")
-    p.add_argument("--precision", type=canonical_name, choices=["fp32", "bf16", "int8"],
-                   help="inference precision: fp32, bf16, or int8 (dynamic quantisation); default from the model's "
-                        "config")
+    p.add_argument("--precision", type=canonical_name, choices=["auto", "fp32", "bf16", "int8"],
+                   help="inference precision: fp32, bf16, int8 (dynamic quantisation), or auto (fp32 or bf16, "
+                        "whichever searches the model faster on this CPU, timed once per CPU model and cached); "
+                        "default from the model's config")
     p.add_argument("--attention", type=canonical_name, choices=["explicit", "fused"],
                    help="attention kernel: the explicit formula or PyTorch's fused one; default from the model's "
                         "config")

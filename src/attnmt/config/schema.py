@@ -166,9 +166,13 @@ class TrainConfig(Section):
                                     "0: constant p")
     clip_norm: float | None = Field(1.0, gt=0, le=1e6, description="clip the gradient's global L2 norm to this (None: "
                                                                    "no clipping, as in the paper)")
-    precision: Literal["fp32", "bf16", "fp16"] = Field(
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "fp32", description="fp32; bf16 autocast (CPUs with fast bfloat16, CUDA); fp16 autocast with loss scaling "
-        "(CUDA only, fp32 elsewhere); the paper trained in float32")
+        "(CUDA only, fp32 elsewhere); auto: on a CPU with bfloat16 kernels, forward and backward passes of the model "
+        "on the first batches timed in fp32 and bf16 before the first update (seconds, inside max_minutes), the "
+        "faster kept (bf16 only when more than 5% faster), the choice cached per CPU model in "
+        "~/.cache/attnmt/precision.json and kept by the run (precision.json) on resume; fp32 on a CPU without "
+        "bfloat16 kernels, bf16 on CUDA as above; the paper trained in float32")
     device: str = Field("auto", pattern=DEVICE_NAME, description="auto (CUDA, then MPS, then CPU), cpu, cuda, "
                         "cuda:N or mps; under torchrun 'cuda' is the GPU of the process's LOCAL_RANK")
     num_threads: int | None = Field(None, **ranges.THREADS.bounds(), description="CPU threads of PyTorch (None: its "
@@ -232,9 +236,12 @@ class DecodeConfig(Section):
     patience: float = Field(1.0, **ranges.PATIENCE.bounds(), description="with early_stopping: wait for "
                             "round(beam_size x patience) finished hypotheses (Kasai et al., 2022)")
     batch_size: int = Field(128, **ranges.BATCH_SIZE.bounds(), description="sentences per search batch")
-    precision: Literal["fp32", "bf16", "int8"] = Field(
+    precision: Literal["auto", "fp32", "bf16", "int8"] = Field(
         "fp32", description="inference precision: float32, bfloat16, or int8 (linear layers dynamically quantised "
-        "to int8, CPU only)")
+        "to int8, CPU only); auto: on a CPU with bfloat16 kernels, searches of the model timed in fp32 and bf16 "
+        "before the first batch, the faster kept (bf16 only when more than 5% faster; never int8, which changes "
+        "translations), cached per CPU model in ~/.cache/attnmt/precision.json; fp32 on a CPU without bfloat16 "
+        "kernels, bf16 on a CUDA GPU that has it")
     device: str = Field("auto", pattern=DEVICE_NAME, description="auto (CUDA, then MPS, then CPU), cpu, cuda, "
                         "cuda:N or mps")
     attention: Literal["explicit", "fused"] = Field(

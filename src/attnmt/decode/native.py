@@ -3,8 +3,8 @@
 It implements ``attnmt.decode.engine.Engine`` with the PyTorch model as its step model
 (``attnmt.search.step_model``), supports every search option (attention too) and has every
 capability (``attnmt.decode.engine.CAPABILITIES``): the device, the precision (fp32, bf16,
-int8), the attention kernel, and forced decoding (scores and all attention weights of a given
-output).
+int8; or auto, the faster of fp32 and bf16 here), the attention kernel, and forced decoding
+(scores and all attention weights of a given output).
 
 Shapes: B batch, S source length, T output length, L layers, H heads, V vocabulary.
 """
@@ -16,6 +16,7 @@ import torch
 from attnmt.config import canonical_name
 from attnmt.errors import OptionError
 from attnmt.data.batching import pad_sequences
+from attnmt.decode.calibration import translation_choice
 from attnmt.decode.engine import CAPABILITIES, Hypothesis, SearchOptions, check_positions
 from attnmt.device import configure, resolve_device, to_device
 from attnmt.model.transformer import Transformer
@@ -30,7 +31,7 @@ class NativeEngine:
     Args:
         model: the Transformer (put in eval mode here).
         device: 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps' (``attnmt.device``).
-        precision: 'fp32', 'bf16' or 'int8' (:meth:`set_precision`).
+        precision: 'fp32', 'bf16', 'int8' or 'auto' (:meth:`set_precision`).
         attention: 'explicit' or 'fused' (:meth:`set_attention`); default 'fused' on CUDA,
             else 'explicit'.
     Raises:
@@ -83,8 +84,10 @@ class NativeEngine:
 
     def set_precision(self, precision: str) -> None:
         """Switch the inference precision: 'fp32'; 'bf16' (weights and activations in bfloat16,
-        scores accumulated in float32); or 'int8' (Linear layers dynamically quantised to int8
-        with ``torch.ao.quantization.quantize_dynamic``, activations float32; CPU only).
+        scores accumulated in float32); 'int8' (Linear layers dynamically quantised to int8
+        with ``torch.ao.quantization.quantize_dynamic``, activations float32; CPU only); or
+        'auto': fp32 or bf16, whichever searches this model faster here
+        (``attnmt.decode.calibration``; :attr:`precision` then names the one chosen).
 
         On a CPU without fast bfloat16 kernels 'bf16' means 'fp32', with a warning
         (``attnmt.precision.effective_precision``).
@@ -93,8 +96,13 @@ class NativeEngine:
             ValueError: an unknown precision, or going back from int8.
         """
         precision = canonical_name(precision)
-        if precision not in PRECISIONS:
-            raise OptionError(f"unknown precision {precision!r}; use {', '.join(PRECISIONS)}")
+        if precision not in PRECISIONS and precision != "auto":
+            raise OptionError(f"unknown precision {precision!r}; use auto, {', '.join(PRECISIONS)}")
+        if precision == "auto" and self._precision == "int8":
+            raise OptionError("an int8-quantised model cannot be converted back; load it again")
+        if precision == "auto":  # timed on this model and device (attnmt.decode.calibration)
+            self.model = self.model.float()
+            precision = translation_choice(self.model, self._device).precision
         if self._device.type == "cpu":
             precision = effective_precision(precision, "translation")
         if self._precision == "int8" and precision != "int8":

@@ -54,6 +54,8 @@ class Translator:
         src_tokenizer, tgt_tokenizer, config: the model directory's (``attnmt.rundir``).
         device: for a ``Transformer`` only: 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'
             (default ``config.decode.device``).
+        precision: for a ``Transformer`` only: 'fp32', 'bf16', 'int8' or 'auto' (default
+            ``config.decode.precision``; ``NativeEngine.set_precision``).
 
     Attribute ``inter_threads`` (default 1): batches searched at the same time, each by the
     engine in a thread of its own (``attnmt.search.batched.search_in_batches``); the engine's
@@ -65,12 +67,12 @@ class Translator:
     """
 
     def __init__(self, engine: Engine | Transformer, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
-                 config: Config, device: str | None = None):
+                 config: Config, device: str | None = None, precision: str | None = None):
         torch = sys.modules.get("torch")  # a Transformer exists only once PyTorch is imported
         if torch is not None and isinstance(engine, torch.nn.Module):  # the native engine over it
             from attnmt.decode.native import NativeEngine
 
-            engine = NativeEngine(engine, device or config.decode.device, config.decode.precision)
+            engine = NativeEngine(engine, device or config.decode.device, precision or config.decode.precision)
             if engine.torch_device.type != "cuda":  # on CUDA the fused kernel, else the config's
                 engine.set_attention(config.decode.attention)
         self.engine = engine
@@ -80,14 +82,15 @@ class Translator:
         self.inter_threads = 1
 
     @classmethod
-    def from_dir(cls, run_dir: str | Path, weights: str | Path | None = None, device: str | None = None
-                 ) -> "Translator":
+    def from_dir(cls, run_dir: str | Path, weights: str | Path | None = None, device: str | None = None,
+                 precision: str | None = None) -> "Translator":
         """The native engine over a model directory (``attnmt.rundir``: config.yaml,
         SentencePiece model(s), model.safetensors).
 
         Args:
             weights: another safetensors file to load instead of the directory's model.safetensors.
             device: 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; default the config's ``decode.device``.
+            precision: 'fp32', 'bf16', 'int8' or 'auto'; default the config's ``decode.precision``.
         Raises:
             CheckpointError, ConfigError: missing or incompatible files, or a device this
             machine does not have.
@@ -95,7 +98,7 @@ class Translator:
         from attnmt.rundir import load_model_dir
 
         config, src_tok, tgt_tok, model = load_model_dir(run_dir, weights)
-        return cls(model, src_tok, tgt_tok, config, device)
+        return cls(model, src_tok, tgt_tok, config, device, precision)
 
     # What only some engines have, each declared in ``engine.capabilities`` (attnmt.decode.engine).
 

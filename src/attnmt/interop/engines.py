@@ -128,7 +128,7 @@ def open_translator(model_dir: str | Path, engine: str = "native", device: str |
             1 thread each translate faster than 1 batch of 2 threads (benchmarks/RESULTS.md).
         compute_type: ctranslate2 only: CTranslate2's compute type ('default': the stored weights').
         weights, precision, attention: native only: another safetensors file, 'fp32' / 'bf16' /
-            'int8', and the attention kernel 'explicit' / 'fused' (default: the config's).
+            'int8' / 'auto', and the attention kernel 'explicit' / 'fused' (default: the config's).
     Raises:
         ValueError: an unknown engine, or threads or inter_threads not a whole number that the
             engine's library takes (``attnmt.search.options.check_count``: at most C_INT_MAX;
@@ -154,9 +154,7 @@ def open_translator(model_dir: str | Path, engine: str = "native", device: str |
 
         if threads:
             torch.set_num_threads(threads)
-        tr = Translator.from_dir(model_dir, weights=weights, device=device)
-        if precision:
-            tr.set_precision(precision)
+        tr = Translator.from_dir(model_dir, weights=weights, device=device, precision=precision)
         if attention:
             tr.set_attention(attention)
         tr.inter_threads = inter_threads

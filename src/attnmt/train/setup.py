@@ -1,7 +1,8 @@
 """Everything a training run settles before its first update.
 
 :func:`set_up` takes the configuration and the run directory and gives a :class:`Setup`: the
-device (``attnmt.device``) and the precision it supports (``attnmt.precision``), torchrun's
+device (``attnmt.device``) and the precision it supports (``attnmt.precision``; ``auto`` timed
+on the model, ``attnmt.train.calibration``), torchrun's
 ranks (``attnmt.train.distributed``), the checkpoint to resume from (:func:`check_run_dir`),
 the prepared data (``attnmt.train.data``, preparing text into ``RUN_DIR/data`` first when the
 configuration names text), the Transformer with its starting weights (fine-tuning's
@@ -27,6 +28,7 @@ import torch
 
 from attnmt import languages, rundir
 from attnmt.atomic import atomic_write
+from attnmt.autoprecision import Choice
 from attnmt.config import Config
 from attnmt.data.corpus import sha256_file
 from attnmt.data.tokenizers import EOS_ID, PAD_ID
@@ -35,7 +37,7 @@ from attnmt.device import configure, resolve_device
 from attnmt.errors import AttnmtError, CheckpointError, ConfigError
 from attnmt.model.transformer import Transformer, count_parameters, load_pretrained_embeddings
 from attnmt.precision import training_precision
-from attnmt.train import distributed, finetune
+from attnmt.train import calibration, distributed, finetune
 from attnmt.train.checkpoint import LAST_STATE, load_state
 from attnmt.train.compiling import compiles_here
 from attnmt.train.data import (CorpusData, check_epoch_sample, check_signature, open_training_data, signature,
@@ -66,6 +68,7 @@ class Setup:
     subwords: SubwordSampler | None = None  # train.subword_alpha: each sentence segmented anew
     start_record: dict | None = None  # fine-tuning: where the run started (init_from.json)
     start_time: float = 0.0  # time.monotonic() when the setup began
+    precision_choice: Choice | None = None  # train.precision auto: what it chose, kept in the run directory
 
 
 def set_up(config: Config, run_dir: str | Path, resume: bool = False, data_dir: str | None = None,
@@ -90,7 +93,7 @@ def set_up(config: Config, run_dir: str | Path, resume: bool = False, data_dir: 
     saved = distributed.broadcast(check_run_dir(run_dir, config, resume) if ranks.is_main else None, device)
     if tc.num_threads:
         torch.set_num_threads(tc.num_threads)
-    precision = training_precision(tc.precision, device.type)
+    precision = tc.precision if tc.precision == "auto" else training_precision(tc.precision, device.type)
     torch.manual_seed(tc.seed)
     data = open_data(config, run_dir, ranks, saved, data_dir, allow_data_change, progress)
     subwords = None
@@ -106,6 +109,10 @@ def set_up(config: Config, run_dir: str | Path, resume: bool = False, data_dir: 
     model.to(device)
     if device.type == "cuda":  # speed switch: PyTorch's fused attention kernels on GPUs
         model.set_fused_attention(encoder=True, decoder=True)
+    choice = None
+    if precision == "auto":  # timed on the model itself, before the first update (attnmt.train.calibration)
+        choice = calibration.training_choice(config, run_dir, resume, model, data, ranks, device)
+        precision = choice.precision
     log.info("model: %d parameters; vocabulary %d/%d; device %s, precision %s", count_parameters(model),
              len(data.src_tok), len(data.tgt_tok), device, precision)
     if frozen:
@@ -117,7 +124,7 @@ def set_up(config: Config, run_dir: str | Path, resume: bool = False, data_dir: 
                  where.get("epoch", 0) + 1, where.get("batch_in_epoch"), saved.get("world_size", 1), ranks.world_size)
     return Setup(config=config, run_dir=run_dir, ranks=ranks, device=device, precision=precision, data=data,
                  model=model, saved=saved, compile=compile, frozen=frozen, subwords=subwords,
-                 start_record=start_record, start_time=start_time)
+                 start_record=start_record, start_time=start_time, precision_choice=choice)
 
 
 def run_config(config: Config) -> Config:
@@ -176,6 +183,8 @@ def write_run_files(setup: Setup) -> None:
         return
     setup.run_dir.mkdir(parents=True, exist_ok=True)
     rundir.write_config(setup.config, setup.run_dir)
+    if setup.precision_choice is not None and setup.precision_choice.how != "run":
+        calibration.keep_choice(setup.run_dir, setup.precision_choice)
     if setup.saved is not None:
         return
     write_run_tokenizers(setup.config, setup.data, setup.run_dir)
