@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import platform
 import time
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from attnmt import environment
 from attnmt import precision as precisions
 from attnmt.atomic import atomic_write
 
@@ -147,9 +147,10 @@ def cpu_identity() -> str:
 def cache_file() -> Path:
     """``$ATTNMT_PRECISION_CACHE`` if set, else ``$XDG_CACHE_HOME/attnmt/precision.json``
     (default ``~/.cache/attnmt/precision.json``)."""
-    if os.environ.get("ATTNMT_PRECISION_CACHE"):
-        return Path(os.environ["ATTNMT_PRECISION_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attnmt" / CACHE_NAME
+    chosen = environment.path(environment.PRECISION_CACHE)
+    if chosen:
+        return Path(chosen)
+    return Path(environment.path(environment.XDG_CACHE_HOME) or Path.home() / ".cache") / "attnmt" / CACHE_NAME
 
 
 def cache_key(job: str, shapes: str) -> str:

@@ -28,7 +28,7 @@ from attnmt.ranges import C_INT_MAX, Range
 @dataclass(frozen=True)
 class Variable:
     """An environment variable attnmt reads: ``kind`` is 'number' (then ``range``), 'path',
-    'url' or 'command'; ``meaning`` is what it sets, for the error messages and the docs."""
+    'url', 'command' or 'host' (a host name or address, read with :func:`raw`); ``meaning`` is what it sets, for the error messages and the docs."""
 
     name: str
     kind: str
@@ -40,16 +40,26 @@ DOWNLOAD_TIMEOUT = Variable("ATTNMT_DOWNLOAD_TIMEOUT", "number", "seconds a down
                             ranges.DOWNLOAD_SECONDS)
 MULTI30K_URL = Variable("ATTNMT_MULTI30K_URL", "url", "the base URL of a Multi30k mirror")
 DATA = Variable("ATTNMT_DATA", "path", "a local directory of registered datasets")
-XDG_CACHE_HOME = Variable("XDG_CACHE_HOME", "path", "the cache directory (downloads go to its attnmt/)")
+XDG_CACHE_HOME = Variable("XDG_CACHE_HOME", "path", "the cache directory (downloads and the precision cache go to "
+                          "its attnmt/)")
+PRECISION_CACHE = Variable("ATTNMT_PRECISION_CACHE", "path", "the file of precision auto's timings per CPU model")
 CXX = Variable("CXX", "command", "the C++ compiler torch.compile builds CPU kernels with")
 # torchrun's (torch.distributed.run) description of this process's place in the job
 RANK = Variable("RANK", "number", "this process's rank in a torchrun job", Range(0, C_INT_MAX - 1, integer=True))
 WORLD_SIZE = Variable("WORLD_SIZE", "number", "the processes of a torchrun job", Range(1, C_INT_MAX, integer=True))
 LOCAL_RANK = Variable("LOCAL_RANK", "number", "this process's rank on its machine in a torchrun job",
                       Range(0, C_INT_MAX - 1, integer=True))
+MASTER_ADDR = Variable("MASTER_ADDR", "host", "the address of a torchrun job's rendezvous host")
+MASTER_PORT = Variable("MASTER_PORT", "number", "the port of a torchrun job's rendezvous host",
+                       Range(1, 65535, integer=True))
+MAX_RESTARTS = Variable("TORCHELASTIC_MAX_RESTARTS", "number", "torchrun's --max-restarts",
+                        Range(0, C_INT_MAX, integer=True))
+RESTART_COUNT = Variable("TORCHELASTIC_RESTART_COUNT", "number", "the restarts torchrun has made of this job",
+                         Range(0, C_INT_MAX, integer=True))
 
-VARIABLES: dict[str, Variable] = {v.name: v for v in (DOWNLOAD_TIMEOUT, MULTI30K_URL, DATA, XDG_CACHE_HOME, CXX, RANK,
-                                                       WORLD_SIZE, LOCAL_RANK)}
+VARIABLES: dict[str, Variable] = {v.name: v for v in (DOWNLOAD_TIMEOUT, MULTI30K_URL, DATA, XDG_CACHE_HOME,
+                                                       PRECISION_CACHE, CXX, RANK, WORLD_SIZE, LOCAL_RANK,
+                                                       MASTER_ADDR, MASTER_PORT, MAX_RESTARTS, RESTART_COUNT)}
 
 
 def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:

@@ -17,10 +17,10 @@ Library: torch.distributed (the error types), the socket module (the local addre
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Mapping, Sequence
 
+from attnmt import environment
 from attnmt.errors import EnvironmentFailure
 
 SHOWN = 4  # peers named in the line; the rest are counted
@@ -34,13 +34,19 @@ class PeerLost(EnvironmentFailure):
 def own_address(environ: Mapping[str, str] | None = None) -> str:
     """This machine's address on the route to the rendezvous host (``MASTER_ADDR``): the source
     address of a UDP socket connected there (connecting a UDP socket sends nothing); the host
-    name where that cannot be found."""
-    env = os.environ if environ is None else environ
+    name where that cannot be found.
+
+    Raises:
+        ConfigError: ``MASTER_PORT`` is not a port number (``attnmt.environment``)."""
+    host = environment.raw(environment.MASTER_ADDR, environ)
+    port = environment.number(environment.MASTER_PORT, 29500, environ)  # ConfigError: not a port
+    if host is None:
+        return socket.gethostname()
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((env["MASTER_ADDR"], int(env.get("MASTER_PORT", "29500"))))
+            s.connect((host, port))
             return s.getsockname()[0]
-    except (KeyError, OSError, ValueError):
+    except (OSError, ValueError, UnicodeError):  # an address that does not resolve: torchrun's to refuse
         return socket.gethostname()
 
 
@@ -64,10 +70,10 @@ def silent_peers(message: str, rank: int, addresses: Sequence[str]) -> list[int]
 
 def restarts_text(environ: Mapping[str, str] | None = None) -> str:
     """What is left of torchrun's ``--max-restarts`` (empty without torchrun's agent)."""
-    env = os.environ if environ is None else environ
-    if "TORCHELASTIC_MAX_RESTARTS" not in env:
+    if environment.raw(environment.MAX_RESTARTS, environ) is None:
         return ""
-    used, most = int(env.get("TORCHELASTIC_RESTART_COUNT", 0)), int(env["TORCHELASTIC_MAX_RESTARTS"])
+    used = environment.number(environment.RESTART_COUNT, 0, environ)
+    most = environment.number(environment.MAX_RESTARTS, 0, environ)
     if used >= most:
         return f"; torchrun's restarts are used up ({most}): run the same command again to continue"
     return f"; torchrun restarts the workers ({used} of {most} restarts used)"
