@@ -77,6 +77,19 @@ def _precision_cache_of_the_session(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
+def _torch_threads_as_they_were():
+    """PyTorch's thread count as the test found it: a training with ``train.num_threads`` sets it
+    for the whole process (``attnmt.train.setup``), and a later test's model, trained or searched
+    at another count, would differ from its reference in the last bits of float32."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
 def _attnmt_loggers_enabled():
     """attnmt's loggers switched on for every test: a library that configures logging with
     ``logging.config.dictConfig`` (``disable_existing_loggers`` defaults to True) silences the
