@@ -104,7 +104,8 @@ def test_translate_command_reads_documents_by_extension(dictionary_model_dir, tm
     ("in.docx", b"PK\x03\x04 broken", [], ["in.docx", "not a DOCX file"]),
     ("in.html", b"<p>gut</p>\n<p>\xff</p>", [], ["in.html", "line 2", "not UTF-8"]),
     ("in.srt", b"1\n00:00:01,000 -> 00:00:02,000\nein hund\n", [], ["in.srt", "line 2", "timing"]),
-    ("in.bin", b"ein hund\n\x00\x01\x02\n", [], ["in.bin:2", "binary"]),
+    # binary data split into sentences (plain lines are read as they always were, any character but a line break)
+    ("in.bin", b"ein hund\n\x00\x01\x02\n", ["--split-sentences"], ["in.bin", "line 2", "binary"]),
     ("in.html", b"<p>ein hund</p>", ["--format", "jsonl"], ["--format jsonl", "html"]),
     ("in.md", b"ein hund", ["--nbest", "2"], ["--nbest", "markdown"]),
 ])

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from attnmt import rundir
+from attnmt.autoprecision import Choice
+from attnmt.train.calibration import keep_choice
 from tests.test_hardening import run_cli
 
 # The file name constants of attnmt.rundir that name no file of their own here, and why.
@@ -30,10 +32,12 @@ NOT_WRITTEN_HERE = {
 # kind -> (the file under the work copy, the command reading it: argv with {W} for the work folder)
 TRANSLATE = ["translate", "--model", "{W}/run", "--input", "{W}/in.txt", "--output", "{W}/out.txt"]
 RESUME = ["train", "{W}/run/config.yaml", "--output", "{W}/run", "--resume", "--set", "train.max_steps=16"]
+RESUME_AUTO = [*RESUME, "--set", "train.precision=auto"]  # a run of precision auto reads back what it chose
 KINDS = {
     "CONFIG": ("run/config.yaml", TRANSLATE),
     "JOINT_SPM": ("run/spm.model", TRANSLATE),
     "WEIGHTS": ("run/model.safetensors", TRANSLATE),
+    "PRECISION_CHOICE": ("run/precision.json", RESUME_AUTO),
     "checkpoint state": ("run/checkpoints/last.pt", RESUME),
     "checkpoint weights": ("run/checkpoints/step_12.safetensors", RESUME),
     "training log": ("run/train_log.jsonl", ["plot-training", "{W}/run", "--output", "{W}/curves.png"]),
@@ -78,6 +82,8 @@ def originals(tiny_run, tmp_path_factory) -> Path:
     pytest.importorskip("onnxruntime")
     root = tmp_path_factory.mktemp("originals")
     shutil.copytree(tiny_run, root / "run")
+    # what a run of precision auto keeps of its choice (the tiny run trained at fp32: the choice it would keep)
+    keep_choice(root / "run", Choice("fp32", {"fp32": 1000.0, "bf16": 900.0}))
     for fmt, folder in (("ctranslate2", "ct2"), ("onnx", "onnx")):
         assert run_cli_plain("export", fmt, "--model", str(tiny_run), "--output", str(root / folder)) == 0
     (root / "in.txt").write_text("alpha bravo\ncharlie delta\n")

@@ -148,7 +148,10 @@ def unreachable_mirror(tmp_path: Path, request) -> Path:
 def marian_without_vocabulary(tmp_path: Path) -> Path:
     folder = tmp_path / "marian"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"vocab_size": 10, "pad_token_id": 0}))
+    (folder / "config.json").write_text(json.dumps({  # every field the import requires (interop.marian_config)
+        "model_type": "marian", "vocab_size": 10, "pad_token_id": 0, "d_model": 16, "encoder_attention_heads": 2,
+        "decoder_attention_heads": 2, "encoder_ffn_dim": 32, "decoder_ffn_dim": 32, "encoder_layers": 1,
+        "decoder_layers": 1}))
     return folder
 
 
@@ -292,8 +295,11 @@ SITE_CASES = {
         ["plot-positions", "--d-model", "7", "--output", existing_output(tmp, "p.png")], []),
     ("plot-training", "no such file; is"): lambda tmp, request: (
         ["plot-training", str(tmp), "--output", existing_output(tmp, "curves.png")], []),
-    ("train", "pass --resume to continue it or choose another --output"): lambda tmp, request: (
+    ("train", "pass --resume or --auto-resume to continue it or choose another --output"): lambda tmp, request: (
         ["train", write_config(tmp, copy_task_config(tmp)), "--output", str(finished_run(tmp, request))], []),
+    ("download", "expected pairs separated by commas, e.g. de-en,fr-en"): lambda tmp, request: (  # an empty pair
+        ["download", "multi30k", "--pairs", "de-en,", "--data-dir", str(unreachable_mirror(tmp, request))],
+        ["'de-en,'"]),
     ("prepare", "no data section: nothing to prepare"): lambda tmp, request: (
         ["prepare", write_config(tmp, {"model": {"d_model": 16, "num_heads": 2}}), "--output",
          str(tmp / "prepared")], []),
@@ -330,6 +336,9 @@ UNREACHED = {
     ("train", "lower the learning rate (train.lr or train.lr_factor) or set train.clip_norm, then --resume"):
         "training stopped by non-finite updates: tests/test_hardening.py drives it through the trainer, and what "
         "it keeps there",
+    ("train", "continue with --auto-resume or --resume"):
+        "a peer of a multi-machine training went silent (attnmt.train.peers.PeerLost): tests/test_two_machines.py "
+        "cuts the link between two network namespaces and checks the one line and rank 0's last checkpoint",
 }
 
 

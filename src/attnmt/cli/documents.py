@@ -109,17 +109,6 @@ def translate_document(tr, args: argparse.Namespace, source: str | None, fmt: st
     return 0
 
 
-def check_binary(lines: list[str], name: str) -> None:
-    """Refuse binary data read as lines: a NUL character (``name:line``).
-
-    Raises:
-        AttnmtError: the first line with one.
-    """
-    for number, line in enumerate(lines, 1):
-        if "\x00" in line:
-            raise AttnmtError(f"{name}:{number}: a NUL byte: binary data, not text (one sentence per line)")
-
-
 def add_document_options(p: argparse.ArgumentParser) -> None:
     """``--input-format`` and ``--split-sentences`` of ``translate``."""
     from attnmt.documents import INPUT_FORMATS

@@ -12,7 +12,7 @@ import time
 from attnmt.cli.options import (add_decoding_options, add_engine_options, add_stopping_options, add_testset_options,
                                 check_input_file, check_output_file, check_stdout, positive_int, read_input,
                                 write_output)
-from attnmt.cli.documents import (add_document_options, check_binary, check_document_options, input_format,
+from attnmt.cli.documents import (add_document_options, check_document_options, input_format,
                                   is_document, translate_document)
 from attnmt.cli.translators import engine_translator, with_stopping_options
 from attnmt.config import DEFAULT_ALIGNMENT_LAYER
@@ -85,7 +85,6 @@ def cmd_translate(args: argparse.Namespace) -> int:
         return translate_document(with_stopping_options(engine_translator(args), args), args, source, fmt)
     tr = with_stopping_options(engine_translator(args), args)
     lines = read_input(source)
-    check_binary(lines, source or "<stdin>")
     if not lines:
         log.warning("%s: no input lines; nothing to translate", source or "standard input")
     constraints = _read_constraints(args.constraints, len(lines), tr) if args.constraints else None

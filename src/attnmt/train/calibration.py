@@ -29,7 +29,9 @@ from attnmt import autoprecision, rundir
 from attnmt.autoprecision import Choice
 from attnmt.config import Config
 from attnmt.data.batching import Batch, batch_from_arrays
+from attnmt.errors import CheckpointError, EnvironmentFailure
 from attnmt.model.transformer import Transformer
+from attnmt.oneline import one_line
 from attnmt.precision import autocast, training_precision
 from attnmt.train import distributed
 from attnmt.train.data import CorpusData, epoch_share
@@ -60,16 +62,34 @@ def training_choice(config: Config, run_dir: Path, resume: bool, model: Transfor
 
 
 def kept_choice(run_dir: Path) -> Choice | None:
-    """The choice a run directory keeps (``rundir.PRECISION_CHOICE``), or None where it keeps none."""
+    """The choice a run directory keeps (``rundir.PRECISION_CHOICE``), or None where it keeps none.
+
+    Raises:
+        CheckpointError: the file is not the record :func:`keep_choice` writes (cut short, emptied,
+            a precision other than fp32 or bf16): the run's precision is not guessed again.
+        EnvironmentFailure: the file cannot be read.
+    """
     path = run_dir / rundir.PRECISION_CHOICE
     try:
-        kept = json.loads(path.read_text(encoding="utf-8"))
-        return Choice(kept["precision"], dict(kept.get("rates", {})), how="run")
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        log.warning("%s: unreadable (%s); choosing the precision again", path, e)
-        return None
+    except OSError as e:
+        raise EnvironmentFailure(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        kept = json.loads(data.decode("utf-8"))
+    except ValueError as e:  # UnicodeDecodeError and json's errors among them
+        kept, wrong = None, one_line(str(e))
+    else:
+        rates = kept.get("rates") if isinstance(kept, dict) else None
+        if not isinstance(kept, dict) or kept.get("precision") not in autoprecision.CANDIDATES:
+            wrong = f"no precision of {', '.join(autoprecision.CANDIDATES)}"
+        elif not isinstance(rates, dict) or not all(isinstance(r, (int, float)) for r in rates.values()):
+            wrong = "no rates of tokens per second"
+        else:
+            return Choice(kept["precision"], {str(p): float(r) for p, r in rates.items()}, how="run")
+    raise CheckpointError(f"{path}: not the precision this run chose ({wrong}); restore it, or delete it to time "
+                          "the precision again")
 
 
 def keep_choice(run_dir: Path, choice: Choice) -> None:
