@@ -28,6 +28,8 @@ from typing import Any
 
 import torch.distributed as dist
 
+from attnmt.errors import EnvironmentFailure
+
 PREFIX = "attnmt/start/"
 POLL = 0.05  # seconds between rank 0's looks at the store
 
@@ -37,8 +39,9 @@ def fresh_store(rank: int, world_size: int, timeout: datetime.timedelta) -> Any:
     prefix that this start of the job's workers alone uses (module docstring).
 
     Raises:
-        RuntimeError: the other ranks did not take part within ``timeout`` (the store's
-            ``DistStoreError`` is one).
+        RuntimeError: the store's ``DistStoreError``: a rank waited for rank 0 longer than
+            ``timeout``.
+        EnvironmentFailure: rank 0 waited for the other ranks longer than ``timeout``.
     """
     store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
     word = secrets.token_hex(16)
@@ -66,7 +69,8 @@ def _answer(store: Any, word: str, world_size: int, deadline: float) -> None:
             if store.check([f"{PREFIX}ok/{word}/{r}"]):
                 waiting.discard(r)
         if waiting and time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for rank(s) {', '.join(map(str, sorted(waiting)))} "
-                               f"to join the process group")
+            raise EnvironmentFailure(f"torch.distributed (joining the process group) failed: rank(s) "
+                                     f"{', '.join(map(str, sorted(waiting)))} did not join within "
+                                     f"train.dist_timeout; check that machine and the network")
         if waiting:
             time.sleep(POLL)
