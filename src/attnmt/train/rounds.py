@@ -39,20 +39,29 @@ def fresh_store(rank: int, world_size: int, timeout: datetime.timedelta) -> Any:
     prefix that this start of the job's workers alone uses (module docstring).
 
     Raises:
-        RuntimeError: the store's ``DistStoreError``: a rank waited for rank 0 longer than
-            ``timeout``.
-        EnvironmentFailure: rank 0 waited for the other ranks longer than ``timeout``.
+        RuntimeError, EnvironmentFailure: as :func:`agree`.
     """
     store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
+    return dist.PrefixStore(f"{PREFIX}{agree(store, rank, world_size, timeout)}/", store)
+
+
+def agree(store: Any, rank: int, world_size: int, timeout: datetime.timedelta) -> str:
+    """The name of this start, the same on every rank and new (rank 0's random word), agreed
+    over ``store`` whatever an earlier start left in it (module docstring).
+
+    Raises:
+        RuntimeError: the store's ``DistStoreError``: a rank waited for rank 0 longer than
+            ``timeout`` (the store's own timeout).
+        EnvironmentFailure: rank 0 waited for the other ranks longer than ``timeout``.
+    """
     word = secrets.token_hex(16)
     if rank == 0:
         _answer(store, word, world_size, time.monotonic() + timeout.total_seconds())
-        start = word
-    else:
-        store.set(f"{PREFIX}ask/{rank}", word)
-        start = store.get(f"{PREFIX}answer/{word}").decode()  # waits up to the store's timeout
-        store.set(f"{PREFIX}ok/{start}/{rank}", "1")
-    return dist.PrefixStore(f"{PREFIX}{start}/", store)
+        return word
+    store.set(f"{PREFIX}ask/{rank}", word)
+    start = store.get(f"{PREFIX}answer/{word}").decode()  # waits up to the store's timeout
+    store.set(f"{PREFIX}ok/{start}/{rank}", "1")
+    return start
 
 
 def _answer(store: Any, word: str, world_size: int, deadline: float) -> None:
