@@ -63,7 +63,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from attnmt.errors import library_call
-from attnmt.train import peers
+from attnmt.train import peers, rounds
 from attnmt.torchrun import Ranks, from_env  # noqa: F401 (from_env: torchrun's environment, for the trainer)
 
 log = logging.getLogger(__name__)
@@ -81,8 +81,9 @@ def backend_for(device: torch.device) -> str:
 
 
 def init(ranks: Ranks, device: torch.device, timeout: float) -> None:
-    """Join the process group (rendezvous at torchrun's ``MASTER_ADDR:MASTER_PORT``) unless this
-    is a single process or the group exists already; learn every rank's address.
+    """Join the process group (rendezvous at torchrun's ``MASTER_ADDR:MASTER_PORT``, under keys
+    of this start of the workers alone: ``attnmt.train.rounds``) unless this is a single process
+    or the group exists already; learn every rank's address.
 
     Args:
         timeout: how long every collective waits for the other ranks, in seconds
@@ -96,7 +97,8 @@ def init(ranks: Ranks, device: torch.device, timeout: float) -> None:
         limit = datetime.timedelta(seconds=timeout)
         with library_call("torch.distributed (joining the process group)", "start every rank with torchrun, and "
                           "check MASTER_ADDR, MASTER_PORT and the network between the machines", RuntimeError):
-            dist.init_process_group(backend_for(device), rank=ranks.rank, world_size=ranks.world_size,
+            store = rounds.fresh_store(ranks.rank, ranks.world_size, limit)  # none of a previous start's keys
+            dist.init_process_group(backend_for(device), store=store, rank=ranks.rank, world_size=ranks.world_size,
                                     timeout=limit, device_id=device if device.type == "cuda" else None)
             _data_group = dist.new_group(backend="gloo", timeout=limit)
         _timeout = timeout
