@@ -73,8 +73,9 @@ def test_the_outside_world_is_known_where_contributing_says(libraries, allowed):
 
 
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+")
-# Flags of other programs that attnmt runs: a compiler's, npm's.
-OTHER_PROGRAMS = {"--version", "--no-audit", "--no-fund"}
+# Flags of other programs that attnmt runs: a compiler's, npm's; and of torchrun, which runs attnmt
+# (attnmt.environment names the flag that sets TORCHELASTIC_MAX_RESTARTS).
+OTHER_PROGRAMS = {"--version", "--no-audit", "--no-fund", "--max-restarts"}
 
 
 def _flags_outside_the_command_line() -> dict[str, set[str]]:

@@ -12,7 +12,7 @@ from attnmt.documents import INPUT_FORMATS, Backend, DocumentError, format_from_
 from attnmt.documents.placement import by_position, place
 from attnmt.documents.sentences import fit, split
 from attnmt.documents.subtitles import share
-from attnmt.errors import AttnmtError
+from attnmt.errors import AttnmtError, OptionError
 
 
 class Fake:
@@ -123,6 +123,9 @@ def test_html_places_inline_tags_by_alignment_and_leaves_code_alone():
     for kept in ("<pre>nicht  hier</pre>", "<code>x &lt; 1</code>", "<style>p { x: 1 }</style>",
                  "<script>var s = '<b>';</script>"):
         assert kept in out
+    assert translate_document(doc, "HTML", fake.backend, "de") == out  # a format's name in any case
+    with pytest.raises(OptionError, match="unknown input format 'pdf'"):
+        translate_document(doc, "PDF", fake.backend, "de")
     assert "&amp;" in out and _tags(out.replace('alt="BILD EIN"', 'alt="Ein Bild"')) == _tags(doc)
     assert well_formed(out)
 

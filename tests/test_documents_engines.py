@@ -94,6 +94,10 @@ def test_translate_command_reads_documents_by_extension(dictionary_model_dir, tm
     out = (tmp_path / "out.srt").read_text(encoding="utf-8")
     assert rc == 0, err
     assert out == "1\n00:00:01,000 --> 00:00:02,500\na man\n\n2\n00:00:03,000 --> 00:00:04,000\na dog\n"
+    (tmp_path / "cues.txt").write_bytes((tmp_path / "in.srt").read_bytes())  # --input-format in any case
+    rc, upper, err = run_cli(capsys, "translate", "--model", str(dictionary_model_dir), "--input",
+                             str(tmp_path / "cues.txt"), "--input-format", "SRT")
+    assert rc == 0 and upper == out, (upper, err)
     (tmp_path / "para.txt").write_text("ein hund. ein mann.\n\nkatze\n", encoding="utf-8")
     rc, out, err = run_cli(capsys, "translate", "--model", str(dictionary_model_dir), "--input",
                            str(tmp_path / "para.txt"), "--split-sentences")

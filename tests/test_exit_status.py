@@ -59,6 +59,14 @@ NOT_FOR_THE_USER = {
     ("signals.py", "Interrupted"): "a stop signal: 128 + N (exit_status)",
     ("signals.py", "KeyboardInterrupt"): "a second Ctrl-C: 130 (exit_status)",
     ("train/loop.py", "Interrupted"): "a stop signal: 128 + N (exit_status)",
+    ("autoprecision.py", "ValueError"): "caught beside it: a foreign or stale precision cache, a warning, timed again",
+    ("data/manifest.py", "ValueError"): "caught beside it: a DataError naming the manifest",
+    ("data/tokenizers.py", "ValueError"): "caught beside it: a CheckpointError naming the vocabulary",
+    ("train/checkpoint.py", "ValueError"): "caught beside it: a CheckpointError naming the training state",
+    ("train/trainer.py", "ValueError"): "Progress.from_dict's: train/checkpoint.py's reader, which checks a state "
+                                        "before the trainer loads it, makes it a CheckpointError",
+    ("train/distributed.py", "failed"): "failure()'s peers.PeerLost, an EnvironmentFailure (exit 1)",
+    ("serve/documents.py", "DocumentTooLarge"): "the server's HTTP answer (413; LibreTranslate's 400)",
 }
 
 

@@ -116,6 +116,8 @@ def test_v1_html_keeps_its_markup(client, expected):
     assert "<a {'href': '/k?a=1&b=2'}>" in tags and f"<p {{'title': '{expected[2]}'}}>" in tags  # title translated
     assert re.sub("<[^>]+>", "", out.split("<script>")[0]) == expected[0] + expected[1]
     assert '<script>var x = "<b>";</script>' in out
+    upper = client.post("/v1/translate", json={"text": html, "input_format": "HTML"})  # a name in any case
+    assert upper.status_code == 200 and upper.json()["translations"][0]["text"] == out, upper.text
 
 
 def test_v1_docx_travels_as_base64(client, expected):

@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
+from attnmt.errors import OptionError
+
 # a language code: 'en', 'fra', 'pt_BR' (no '-', which separates the two sides of a pair)
 LANGUAGE = r"^[A-Za-z][A-Za-z0-9_]{0,15}$"
 
@@ -78,13 +80,13 @@ def one_spelling_each(values: Iterable[str], what: str,
     """``values`` unchanged when no two of them are one thing in two spellings.
 
     Raises:
-        ValueError: '{what} names 'de-en' and 'DE-EN', one in two spellings: give it once'.
+        OptionError: '{what} names 'de-en' and 'DE-EN', one in two spellings: give it once'.
     """
     seen: dict[str | None, str] = {}
     values = list(values)
     for value in values:
         first = seen.setdefault(canonical(value), value)
         if first != value:
-            raise ValueError(f"{what + ' ' if what else ''}names {first!r} and {value!r}, one in two spellings: "
-                             "give it once")
+            raise OptionError(f"{what + ' ' if what else ''}names {first!r} and {value!r}, one in two spellings: "
+                              "give it once")
     return values

@@ -208,7 +208,7 @@ def check_record(record: Any, where: str) -> None:
     (``list[dict]``) by them. None passes where the annotation admits it.
 
     Raises:
-        ValueError: '{where}: {field} {value!r} is out of range: use ...' (or 'is not a ...'),
+        OptionError: '{where}: {field} {value!r} is out of range: use ...' (or 'is not a ...'),
             the field dotted from ``record`` ('train.corpora[0].weight').
     """
     import dataclasses
@@ -230,24 +230,24 @@ def _check_value(value: Any, annotation: Any, metadata: Any, name: str) -> None:
         origin, args = typing.get_origin(annotation), list(typing.get_args(annotation))
     if dataclasses.is_dataclass(annotation):
         if not isinstance(value, annotation):
-            raise ValueError(f"{name} {value!r} is not a record")
+            raise OptionError(f"{name} {value!r} is not a record")
         check_record(value, f"{name}.")
     elif origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise ValueError(f"{name} {value!r} is not a list")
+            raise OptionError(f"{name} {value!r} is not a list")
         if origin is tuple and len(args) > 1 and len(value) != len(args):
-            raise ValueError(f"{name} {value!r} is not a list of {len(args)} items")
+            raise OptionError(f"{name} {value!r} is not a list of {len(args)} items")
         for i, item in enumerate(value):
             item_type = args[i] if origin is tuple and len(args) > 1 else args[0]
             _check_value(item, item_type, metadata, f"{name}[{i}]")
     elif origin is dict:
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise ValueError(f"{name} {value!r} is not a mapping of names")
+            raise OptionError(f"{name} {value!r} is not a mapping of names")
         for key, item in value.items():
             _check_value(item, args[1], metadata, f"{name}.{key}")
     elif annotation is dict and "items" in metadata:
         if not isinstance(value, dict):
-            raise ValueError(f"{name} {value!r} is not a mapping of names")
+            raise OptionError(f"{name} {value!r} is not a mapping of names")
         for key, kind in metadata["items"].items():
             _check_value(value.get(key), kind if isinstance(kind, type) else int, {"range": kind}, f"{name}.{key}")
     elif annotation in (int, float):
@@ -256,4 +256,4 @@ def _check_value(value: Any, annotation: Any, metadata: Any, name: str) -> None:
         rng.check(value, name)
     elif annotation in (str, bool):
         if not isinstance(value, annotation):
-            raise ValueError(f"{name} {value!r} is not a {'text' if annotation is str else 'boolean'}")
+            raise OptionError(f"{name} {value!r} is not a {'text' if annotation is str else 'boolean'}")

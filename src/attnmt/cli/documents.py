@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from attnmt.errors import AttnmtError, DataError, write_error
+from attnmt.names import canonical_name
 
 log = logging.getLogger("attnmt")
 
@@ -113,7 +114,7 @@ def add_document_options(p: argparse.ArgumentParser) -> None:
     """``--input-format`` and ``--split-sentences`` of ``translate``."""
     from attnmt.documents import INPUT_FORMATS
 
-    p.add_argument("--input-format", choices=[f for f in INPUT_FORMATS if f != "text"],
+    p.add_argument("--input-format", type=canonical_name, choices=[f for f in INPUT_FORMATS if f != "text"],
                    help="what --input holds: lines (one sentence per line), html, markdown, srt, vtt or docx; "
                         "default from its extension (.html/.htm, .md, .srt, .vtt, .docx), else lines. A document comes back as a document of its format")
     p.add_argument("--split-sentences", action="store_true",

@@ -267,13 +267,13 @@ class Translator:
 
         Args:
             document: text, or bytes for ``docx`` (whose translation is bytes too).
-            input_format: one of ``attnmt.documents.INPUT_FORMATS`` ('lines', 'text', 'html', ...).
+            input_format: one of ``attnmt.documents.INPUT_FORMATS`` ('lines', 'html', ...), any case.
             split_sentences: for 'lines': split each line into sentences (the others always split).
             src_lang: the source language for the sentence splitter (default the model's).
             tgt_lang, beam_size, batch_size, length_penalty, options: as :meth:`translate`.
         Raises:
             DocumentError: a document that is not of its format (the message names the place).
-            ValueError, LanguageError, UnsupportedOption: an unknown format; as :meth:`translate`.
+            OptionError, LanguageError, UnsupportedOption: an unknown format; as :meth:`translate`.
         """
         from attnmt.decode.documents import backend, source_language
         from attnmt.documents import translate_document

@@ -15,6 +15,8 @@ from __future__ import annotations
 from pathlib import PurePath
 
 from attnmt.documents.backend import Aligned, Backend, DocumentError
+from attnmt.errors import OptionError
+from attnmt.names import canonical_name
 
 __all__ = ["INPUT_FORMATS", "Aligned", "Backend", "DocumentError", "format_from_filename", "translate_document"]
 
@@ -41,7 +43,7 @@ def translate_document(document: str | bytes, input_format: str, backend: Backen
 
     Args:
         document: str, or bytes for docx (bytes of a text format are decoded as UTF-8).
-        input_format: one of :data:`INPUT_FORMATS`.
+        input_format: one of :data:`INPUT_FORMATS`, in any letter case (``HTML``).
         lang: the source language code, for the sentence splitter (None: English rules).
         split_sentences: for ``lines`` only: also split each line into sentences (the other
             formats always split; ``text`` is ``lines`` that split).
@@ -49,10 +51,11 @@ def translate_document(document: str | bytes, input_format: str, backend: Backen
         The translated document: bytes for docx, str otherwise.
     Raises:
         DocumentError: a document that is not of its format, or undecodable (names the place).
-        ValueError: an unknown format.
+        OptionError: an unknown format.
     """
+    input_format = canonical_name(input_format)
     if input_format not in INPUT_FORMATS:
-        raise ValueError(f"unknown input format {input_format!r}; choose one of {', '.join(INPUT_FORMATS)}")
+        raise OptionError(f"unknown input format {input_format!r}; choose one of {', '.join(INPUT_FORMATS)}")
     if input_format in BINARY_FORMATS:
         if isinstance(document, str):
             raise DocumentError(f"a {input_format} document is bytes, not text")

@@ -24,6 +24,7 @@ from attnmt.data.tokenizers import EOS_ID, Tokenizer
 from attnmt.decode.engine import CORE_OPTIONS, Hypothesis, SearchOptions, check_positions
 from attnmt.errors import CheckpointError, ConfigError, OptionError, first_line, library_call
 from attnmt.interop.extras import require
+from attnmt.names import canonical_name
 from attnmt.search.hypothesis import output_length_limits
 from attnmt.search.options import check_count
 
@@ -71,6 +72,7 @@ def check_device(device: str, compute_type: str = "default") -> tuple[str, int]:
             those it has).
     """
     kind, index = _device_of(device)
+    compute_type = canonical_name(compute_type)
     if compute_type not in COMPUTE_TYPES:
         raise OptionError(f"--compute-type {compute_type!r}: not a CTranslate2 compute type; use one of "
                           f"{', '.join(COMPUTE_TYPES)}")
@@ -149,6 +151,7 @@ class CTranslate2Engine:
                                   "ctranslate2'")
         self.config = rundir.read_config(export_dir)
         self.src_tokenizer, self.tgt_tokenizer = rundir.read_tokenizers(export_dir)
+        compute_type = canonical_name(compute_type)  # 'INT8' names what 'int8' names
         kind, index = check_device(device or self.config.decode.device, compute_type)
         try:
             self.translator = ctranslate2.Translator(str(export_dir), device=kind, device_index=index,

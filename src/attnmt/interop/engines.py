@@ -87,6 +87,9 @@ def check_device(model_dir: str | Path, engine: str = "native", device: str | No
     """
     from attnmt import rundir
 
+    engine = canonical_name(engine)
+    compute_type = canonical_name(compute_type)
+    precision = canonical_name(precision) if precision else precision
     if engine not in ENGINES:
         raise OptionError(f"unknown engine {engine!r}; use {', '.join(ENGINES)}")
     config = rundir.read_config(model_dir)

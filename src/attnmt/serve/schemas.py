@@ -15,12 +15,13 @@ Library: pydantic.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from attnmt import ranges
 from attnmt.documents import INPUT_FORMATS
+from attnmt.names import canonical_name
 
 
 class TranslateRequest(BaseModel):
@@ -55,6 +56,12 @@ class TranslateRequest(BaseModel):
     split_sentences: bool | None = Field(None, description="cut each line of a 'lines' document into sentences "
                                          "(the other formats always are); given without input_format, the texts "
                                          "are 'lines' documents")
+
+    @field_validator("input_format", mode="before")
+    @classmethod
+    def _format_in_one_spelling(cls, value: Any) -> Any:
+        """'HTML' names what 'html' names (``attnmt.names.canonical_name``)."""
+        return canonical_name(value) if isinstance(value, str) else value
 
 
 class TranslateStreamRequest(TranslateRequest):
