@@ -8,7 +8,7 @@ Two kinds:
   of updates; each is one command, run by ``all --step NAME`` alone, and skipped by ``all`` when the
   model it writes was trained to its end from the same configuration at the same clean commit (the
   stamp of :mod:`harness`: the records of the step's suite command then say ``reused``);
-- *parts* measure with models the training steps made, and are what the three hours of ``all`` are for.
+- *parts* measure with models the training steps made, and are what the four hours of ``all`` are for.
 
 The estimates are read off the code's settings (updates, rounds, lines, seconds) and the rates the
 records of a 2-core EPYC showed (an update of the de-en preset: 0.43 s in bfloat16 on 2 threads,
@@ -84,17 +84,23 @@ STEPS: tuple[Step, ...] = (
     _recipe("constant-0.2", "2500,0", 95, "train.dropout_curriculum=0", "model.dropout=0.2"),
     _recipe("subwords", "2500", 45, "train.dropout_curriculum=0", "train.subword_alpha=0.5"),
     _recipe("float32", "0", 60, "train.precision=fp32"),
-    # parts: the three hours
+    # parts: the four hours
     Step("peers", "part", ("train", "--part", "peers"), 60,
          "matmul probe; every toolkit 120 updates x 2 alternating rounds; attnmt and OpenNMT-py 600 updates for "
          "the translation table; 7 translations x 2 rounds of 1,000 lines, JoeyNMT once"),
     Step("compile", "part", ("train", "--part", "compile", "--precisions", "fp32", "bf16"), 25,
          "300 updates eager and compiled in each precision (the compile itself is minutes)"),
     Step("ddp", "part", ("train", "--part", "ddp"), 10, "300 updates under torchrun x2 and in one process"),
+    Step("precision", "part", ("train", "--part", "precision"), 10,
+         "300 updates in fp32 (about 1.0 s each) and in bf16 (0.43 s), then auto's timing (at most 12 s timed) "
+         "and 1 update"),
     Step("engines", "part", ("translate", "--part", "engines", "--model", PRESET), 10,
          "the exports, then 8 rows x 2 rounds of 1,000 lines", needs=(PRESET,)),
     Step("stopping", "part", ("translate", "--part", "stopping", "--model", PRESET, "--parallel"), 18,
          "7 rows x 2 rounds of 3,000 lines, each early row again as two batches at once", needs=(PRESET,)),
+    Step("documents", "part", ("translate", "--part", "documents", "--model", PRESET), 5,
+         "1,000 sentences as lines and as 250 paragraphs x 2 rounds, the paragraphs unsplit, 1,000 in HTML with "
+         "alignments, 1,000 words alone", needs=(PRESET,)),
     Step("serve", "part", ("serve", "--model", PRESET), 8,
          "5 s warm-up and 300 s of load, offline translation before and after", needs=(PRESET,)),
     Step("web", "part", ("web", "--model", PRESET), 35,

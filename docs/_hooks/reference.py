@@ -216,7 +216,8 @@ def environment_reference() -> str:
     """A table of :data:`attnmt.environment.VARIABLES`: name, what it sets, what it takes."""
     from attnmt.environment import VARIABLES
 
-    takes = {"path": "a path", "url": "an http, https or file URL", "command": "a command name or path"}
+    takes = {"path": "a path", "url": "an http, https or file URL", "command": "a command name or path",
+             "host": "a host name or address"}
     rows = ["| variable | sets | takes |", "| --- | --- | --- |"]
     for v in VARIABLES.values():
         rows.append(f"| `{v.name}` | {v.meaning} | {v.range.describe() if v.range else takes[v.kind]} |")

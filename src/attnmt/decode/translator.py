@@ -8,7 +8,9 @@ All of that happens here, once, whatever the engine; so do the controls over the
 terminology constraints (``attnmt.decode.terminology``: checked and tokenised, then searched
 by an engine that supports them), word alignments (``attnmt.decode.alignment``), confidence
 (``attnmt.decode.confidence``) and streaming (a per-step callback). What it returns, the
-scored hypotheses of each sentence, is ``attnmt.decode.results``.
+scored hypotheses of each sentence, is ``attnmt.decode.results``; forced decoding of given
+translations (:meth:`Translator.score`) is ``attnmt.decode.scoring``, documents
+(:meth:`Translator.translate_document`) ``attnmt.decode.documents``.
 
 Shapes: B batch, S source length, T output length, L layers, H heads.
 """
@@ -371,7 +373,8 @@ class Translator:
 
     def score(self, sources: list[str], targets: list[str], batch_size: int | None = None,
               tgt_lang: str | None = None) -> list[ScoredHypothesis]:
-        """Forced decoding: the log-probability of given translations under the model.
+        """Forced decoding: the log-probability of given translations under the model
+        (``attnmt.decode.scoring``).
 
         Args:
             sources, targets: raw sentences, pairwise (an empty target scores only its EOS).
@@ -388,16 +391,8 @@ class Translator:
                 every engine alike and before any engine runs (sources are cut to fit, with a
                 warning, as in :meth:`translate`).
         """
+        from attnmt.decode.scoring import score_pairs
+
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
-        engine = self._engine("score", "forced decoding (attnmt score)")
-        batch_size = batch_size or self.config.decode.batch_size
-        src_ids = self.encode_sources(sources, tgt_lang)
-        tgt_ids = [t + [EOS_ID] for t in self.tgt_tokenizer.encode_batch(targets)]
-        check_positions(tgt_ids, self.config.model.max_positions, "target")
-        results: list[ScoredHypothesis] = []
-        for start in range(0, len(sources), batch_size):
-            idx = range(start, min(start + batch_size, len(sources)))
-            lps = engine.forced_log_probs([src_ids[i] for i in idx], [tgt_ids[i] for i in idx])
-            results += [self._hypothesis(Hypothesis(tgt_ids[i], lp, sum(lp), sum(lp))) for i, lp in zip(idx, lps)]
-        return results
+        return score_pairs(self, sources, targets, batch_size, tgt_lang)
