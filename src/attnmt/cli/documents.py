@@ -15,7 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from attnmt.errors import AttnmtError, DataError, write_error
+from attnmt.cli.options import write_document
+from attnmt.errors import AttnmtError, DataError
 from attnmt.names import canonical_name
 
 log = logging.getLogger("attnmt")
@@ -78,7 +79,6 @@ def read_document(source: str | None, fmt: str) -> str | bytes:
 def translate_document(tr, args: argparse.Namespace, source: str | None, fmt: str) -> int:
     """Translate ``source`` as a document of format ``fmt`` and write it to ``--output`` (module docstring)."""
     from attnmt.documents import DocumentError
-    from attnmt.rundir import atomic_write
 
     name = source if source and source != "-" else "<stdin>"
     document = read_document(source, fmt)
@@ -90,23 +90,7 @@ def translate_document(tr, args: argparse.Namespace, source: str | None, fmt: st
     except DocumentError as e:
         raise AttnmtError(f"{name}: {e}") from None
     log.info("translated %s (%s) in %.2f s", name, fmt, time.perf_counter() - t0)
-    if isinstance(out, bytes):
-        if args.output is None or args.output == "-":
-            try:
-                sys.stdout.buffer.write(out)
-                sys.stdout.flush()
-            except OSError as e:
-                raise write_error(f"standard output: cannot write: {e.strerror or e}", e) from None
-        else:
-            atomic_write(args.output, lambda tmp: Path(tmp).write_bytes(out))
-    elif args.output is None or args.output == "-":
-        try:
-            sys.stdout.write(out)
-            sys.stdout.flush()
-        except OSError as e:  # > /dev/full, a closed pipe
-            raise write_error(f"standard output: cannot write: {e.strerror or e}", e) from None
-    else:
-        atomic_write(args.output, lambda tmp: Path(tmp).write_text(out, encoding="utf-8", newline=""))
+    write_document(args.output, out)
     return 0
 
 

@@ -148,17 +148,32 @@ def write_output(path: str | None, lines: list[str]) -> None:
         WriteError: standard output refused the text (``DiskFull`` where the disk is full;
             ``attnmt.errors.write_error``).
     """
+    write_document(path, "".join(line + "\n" for line in lines))
+
+
+def write_document(path: str | None, data: str | bytes) -> None:
+    """Write ``data`` as it is (text as UTF-8, its line breaks unchanged; bytes such as a docx)
+    to ``path`` atomically, or to standard output where it is None or '-'.
+
+    Raises:
+        WriteError: the file or standard output refused the data (``DiskFull`` where the disk is
+            full; ``attnmt.errors.write_error``).
+    """
     from attnmt.atomic import atomic_write
 
-    text = "".join(line + "\n" for line in lines)
     if path is None or path == "-":
         try:
-            sys.stdout.write(text)
+            if isinstance(data, bytes):
+                sys.stdout.buffer.write(data)
+            else:
+                sys.stdout.write(data)
             sys.stdout.flush()
         except OSError as e:  # > /dev/full, a closed pipe
             raise write_error(f"standard output: cannot write: {e.strerror or e}", e) from None
+    elif isinstance(data, bytes):
+        atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
     else:
-        atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        atomic_write(path, lambda tmp: Path(tmp).write_text(data, encoding="utf-8", newline=""))
 
 
 def add_set_option(p: argparse.ArgumentParser) -> None:
