@@ -76,17 +76,25 @@ def _precision_cache_of_the_session(tmp_path_factory):
         os.environ["ATTNMT_PRECISION_CACHE"] = saved
 
 
-@pytest.fixture(autouse=True)
-def _torch_threads_as_they_were():
-    """PyTorch's thread count as the test found it: a training with ``train.num_threads`` sets it
-    for the whole process (``attnmt.train.setup``), and a later test's model, trained or searched
-    at another count, would differ from its reference in the last bits of float32."""
+@pytest.fixture(scope="session")
+def _torch_threads_of_the_session():
+    """PyTorch's thread count when the session started."""
     import torch
 
-    threads = torch.get_num_threads()
+    return torch.get_num_threads()
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_as_they_were(_torch_threads_of_the_session):
+    """PyTorch's thread count back to the session's after each test: a training with
+    ``train.num_threads`` sets it for the whole process (``attnmt.train.setup``), a module's
+    fixture included, and a later test's model, trained or searched at another count, would
+    differ from its reference in the last bits of float32."""
+    import torch
+
     yield
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
+    if torch.get_num_threads() != _torch_threads_of_the_session:
+        torch.set_num_threads(_torch_threads_of_the_session)
 
 
 @pytest.fixture(autouse=True)
