@@ -170,17 +170,23 @@ def test_every_command_is_covered():
 
 @pytest.mark.parametrize("command", sorted(CASES))
 def test_a_refused_command_leaves_its_output_and_inputs_as_they_were(command, tmp_path, request, capsys):
+    assert_refused_writing_nothing(CASES[command], tmp_path, request, capsys, status=STATUS.get(command, 2))
+    assert not list(tmp_path.parent.glob(f"{tmp_path.name}/**/.*.tmp"))  # no staging folder left either
+
+
+def assert_refused_writing_nothing(case, tmp_path, request, capsys, *more_needles: str, status: int = 2) -> None:
+    """Run ``case``'s command in ``tmp_path/work``: one line naming its needles (and
+    ``more_needles``) with ``status``, and the work folder and the command's inputs as they were."""
     work = tmp_path / "work"
     work.mkdir()
-    argv, needles = CASES[command](work, request)
+    argv, needles = case(work, request)
     inputs = [Path(a) for a in argv if Path(a).is_absolute() and Path(a).exists() and work not in Path(a).parents]
     before = snapshot(work, *inputs)
     rc, out, err = run_cli(capsys, *argv)
-    assert_one_line_error(rc, err, *needles, status=STATUS.get(command, 2))
+    assert_one_line_error(rc, err, *more_needles, *needles, status=status)
     after = snapshot(work, *inputs)
     assert after == before, {path: (before.get(path), after.get(path)) for path in before.keys() | after.keys()
                              if before.get(path) != after.get(path)}
-    assert not list(tmp_path.parent.glob(f"{tmp_path.name}/**/.*.tmp"))  # no staging folder left either
 
 
 @pytest.fixture(scope="module")
@@ -363,13 +369,4 @@ def test_every_refusal_site_has_a_case():
 
 @pytest.mark.parametrize("site", sorted(SITE_CASES), ids=lambda site: f"{site[0]}: {site[1][:40]}")
 def test_every_refusal_site_leaves_output_and_inputs_as_they_were(site, tmp_path, request, capsys):
-    work = tmp_path / "work"
-    work.mkdir()
-    argv, needles = SITE_CASES[site](work, request)
-    inputs = [Path(a) for a in argv if Path(a).is_absolute() and Path(a).exists() and work not in Path(a).parents]
-    before = snapshot(work, *inputs)
-    rc, out, err = run_cli(capsys, *argv)
-    assert_one_line_error(rc, err, site[1], *needles)
-    after = snapshot(work, *inputs)
-    assert after == before, {path: (before.get(path), after.get(path)) for path in before.keys() | after.keys()
-                             if before.get(path) != after.get(path)}
+    assert_refused_writing_nothing(SITE_CASES[site], tmp_path, request, capsys, site[1])
