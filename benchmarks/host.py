@@ -19,6 +19,9 @@ import psutil
 from records import machine_label
 
 ROOT = Path(__file__).resolve().parent.parent
+# what measuring writes into the checkout (the records, and RESULTS.md that `report` builds from them), relative
+# to ROOT: measured figures, not measured code
+MEASURED = ("benchmarks/records", "benchmarks/RESULTS.md")
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
 
 
@@ -54,7 +57,12 @@ def busy_line(load: float) -> str | None:
 
 
 def commit() -> tuple[str, bool]:
-    """The checkout's full commit hash and whether its tracked files have uncommitted changes ('' outside git)."""
+    """The checkout's full commit hash and whether its tracked files have uncommitted changes ('' outside git).
+
+    :data:`MEASURED` is left out: the records a run writes (``python -m benchmarks all`` runs step after step) and
+    the report built from them are what it measured, not code it measures, and must not make the next step's
+    tree "dirty"."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    return git("rev-parse", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
+    return git("rev-parse", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                                              *(f":(exclude){path}" for path in MEASURED)))

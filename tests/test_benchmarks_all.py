@@ -191,3 +191,29 @@ def test_no_records_writes_no_report(tmp_path, capsys):
         code, _, err = exit_code([*argv, "--records", str(tmp_path), "--output", str(tmp_path / "R.md")], capsys)
         assert code == 2 and len(err) == 1 and "no records" in err[0], err
     assert not (tmp_path / "R.md").exists()
+
+
+def test_records_written_by_one_step_leave_the_tree_clean_for_the_next(monkeypatch, tmp_path):
+    """``all`` runs step after step in one checkout: the records the first writes are not code, so the
+    second still measures a clean commit; a changed source file is still uncommitted code."""
+    import subprocess
+
+    import host
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+    (tmp_path / "benchmarks" / "records").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "records" / "quality.jsonl").write_text("{}\n")
+    (tmp_path / "benchmarks" / "RESULTS.md").write_text("# Results\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "c")
+    monkeypatch.setattr(host, "ROOT", tmp_path)
+    assert host.commit()[1] is False
+    (tmp_path / "benchmarks" / "records" / "quality.jsonl").write_text("{}\n{}\n")
+    (tmp_path / "benchmarks" / "RESULTS.md").write_text("# Results\n\nnew\n")  # what report rebuilds
+    assert host.commit()[1] is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert host.commit()[1] is True

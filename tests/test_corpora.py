@@ -158,6 +158,19 @@ def test_a_truncated_shard_file_is_named(tmp_path, suffix, cut):
         ShardedCorpus(tmp_path / "out")
 
 
+@pytest.mark.parametrize("name", ["../../outside/train.00001", "train.00000", "/tmp/train.00001"])
+def test_a_shard_the_manifest_names_otherwise_is_refused(tmp_path, name):
+    """A shard's name in the manifest is the one the writer gives it: a name leading out of the folder
+    (or to another shard) is refused before any file is opened."""
+    _crafted_corpus(tmp_path)
+    prepare(_prepare_config(tmp_path), tmp_path / "out", shard_pairs=70)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    manifest["train"]["shards"][1]["name"] = name
+    (tmp_path / "out" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match=r"manifest\.json: shard 1 of train is named .* not 'train\.00001'"):
+        ShardedCorpus(tmp_path / "out")
+
+
 def test_filter_counts_equal_a_brute_count(tmp_path):
     src, tgt = _crafted_corpus(tmp_path)
     config = _prepare_config(tmp_path, max_length_ratio=2.5, copies=True, dedup=True)

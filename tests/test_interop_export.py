@@ -125,6 +125,12 @@ def test_ctranslate2_7bit_weights_dequantize_to_the_model(trained, tmp_path):
     assert (seven / "model.bin").read_bytes() != (eight / "model.bin").read_bytes()
     with pytest.raises(ValueError, match="7 or 8 bits"):
         export_ctranslate2(run_dir, tmp_path / "ct2-6", quantization="int8", int8_weight_bits=6)
+    # bits that would change nothing are refused, not ignored
+    for quantization, bits, message in ((None, 8, "not float32"), ("float16", 7, "not float16"),
+                                        ("int8_float16", 7, "int8_float16 takes CTranslate2's own 8-bit")):
+        with pytest.raises(ValueError, match=message):
+            export_ctranslate2(run_dir, tmp_path / "ct2-x", quantization=quantization, int8_weight_bits=bits)
+        assert not (tmp_path / "ct2-x").exists()
 
 
 def test_onnxruntime_equals_native_search(trained, tmp_path):

@@ -415,3 +415,13 @@ def test_a_training_log_with_hostile_values_still_draws(tmp_path):
     (tmp_path / "train_log.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     plot_training(tmp_path, tmp_path / "t.png")
     assert (tmp_path / "t.png").stat().st_size > 0
+
+
+def test_a_relative_xdg_cache_home_is_ignored_as_the_xdg_specification_says(monkeypatch, tmp_path):
+    from attnmt import environment
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert environment.cache_home({"XDG_CACHE_HOME": "cache"}) == tmp_path / "home" / ".cache"
+    assert environment.cache_home({"XDG_CACHE_HOME": "./x/../cache"}) == tmp_path / "home" / ".cache"
+    assert environment.cache_home({"XDG_CACHE_HOME": str(tmp_path / "c")}) == tmp_path / "c"
+    assert environment.cache_home({}) == tmp_path / "home" / ".cache"

@@ -150,7 +150,7 @@ def cache_file() -> Path:
     chosen = environment.path(environment.PRECISION_CACHE)
     if chosen:
         return Path(chosen)
-    return Path(environment.path(environment.XDG_CACHE_HOME) or Path.home() / ".cache") / "attnmt" / CACHE_NAME
+    return environment.cache_home() / "attnmt" / CACHE_NAME
 
 
 def cache_key(job: str, shapes: str) -> str:

@@ -19,6 +19,7 @@ import os
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from attnmt import ranges
 from attnmt.errors import ConfigError
@@ -98,6 +99,14 @@ def path(variable: Variable, environ: Mapping[str, str] | None = None) -> str | 
     """The variable read as a path (``~`` expanded), None where unset or empty."""
     text = raw(variable, environ)
     return None if text is None else os.path.expanduser(text)
+
+
+def cache_home(environ: Mapping[str, str] | None = None) -> Path:
+    """The user's cache directory: ``$XDG_CACHE_HOME`` where it is an absolute path, else ``~/.cache``.
+    A relative ``XDG_CACHE_HOME`` is ignored, as the XDG Base Directory Specification says (it would
+    put the cache under whatever folder a command runs in)."""
+    text = path(XDG_CACHE_HOME, environ)
+    return Path(text) if text and os.path.isabs(text) else Path(os.path.expanduser("~")) / ".cache"
 
 
 def url(variable: Variable, environ: Mapping[str, str] | None = None) -> str | None:

@@ -23,7 +23,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     check_output_dir(args.output, "--output")
     if args.format == "web":
-        if args.quantization not in (None, "int8", "float32") or args.int8_weight_bits != 7:
+        if args.quantization not in (None, "int8", "float32") or args.int8_weight_bits is not None:
             raise AttnmtError("web export: --quantization is int8 or float32; --int8-weight-bits applies to the "
                               "ctranslate2 export only")
         from attnmt.interop.web import export_web
@@ -34,7 +34,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
         export_ctranslate2(args.model, args.output, args.quantization, args.int8_weight_bits)
     else:
-        if args.quantization or args.int8_weight_bits != 7:
+        if args.quantization or args.int8_weight_bits is not None:
             raise AttnmtError("--quantization and --int8-weight-bits apply to the ctranslate2 export only")
         from attnmt.interop.onnx import export_onnx
 
@@ -59,7 +59,7 @@ def add_export_parser(sub) -> None:
     p.add_argument("--quantization", type=canonical_name, choices=["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
                                                "float16", "bfloat16", "float32"],
                    help="ctranslate2: weight type (default float32); web: int8 or float32 (default float32)")
-    p.add_argument("--int8-weight-bits", type=int, choices=[7, 8], default=7,
-                   help="ctranslate2, int8 / int8_float32: 7 avoids the 16-bit saturation of int8 kernels on CPUs "
-                        "without VNNI; 8 is CTranslate2's own quantizer (default 7)")
+    p.add_argument("--int8-weight-bits", type=int, choices=[7, 8], default=None,
+                   help="ctranslate2, int8 / int8_float32 only: 7 avoids the 16-bit saturation of int8 kernels on CPUs "
+                        "without VNNI; 8 is CTranslate2's own quantizer (default 7; refused with other quantizations)")
     p.set_defaults(func=cmd_export)

@@ -98,7 +98,7 @@ def base_url(spec: DatasetSpec) -> str:
 def cache_dir(name: str) -> Path:
     """Where downloaded files of dataset ``name`` are kept: ``$XDG_CACHE_HOME/attnmt/<name>/``,
     else ``~/.cache/attnmt/<name>/``."""
-    return Path(environment.path(environment.XDG_CACHE_HOME) or Path.home() / ".cache") / "attnmt" / name
+    return environment.cache_home() / "attnmt" / name
 
 
 def dataset_file(name: str, split: str, lang: str, data_dir: str | Path | None = None) -> Path:

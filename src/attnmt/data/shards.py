@@ -40,7 +40,7 @@ import numpy as np
 
 from attnmt.atomic import swap_directory
 from attnmt.data.corpus import sha256_file  # noqa: F401  (re-exported: the manifest's hashes)
-from attnmt.data.manifest import Manifest
+from attnmt.data.manifest import MANIFEST, Manifest
 from attnmt.errors import DataError, WriteError, write_error
 
 AGAIN = "prepare the data again (attnmt prepare, or delete the folder and train)"
@@ -246,6 +246,10 @@ class ShardedCorpus:
         self.dtype = np.dtype(manifest.token_dtype)
         self.corpora = getattr(info, "corpora", [])
         self.dropped = info.dropped
+        for k, entry in enumerate(info.shards):  # the names ShardWriter gives: nothing outside this folder is read
+            if entry["name"] != shard_name(split, k):
+                raise DataError(f"{self.directory / MANIFEST}: shard {k} of {split} is named {entry['name']!r}, "
+                                f"not {shard_name(split, k)!r} (changed since it was written?); {AGAIN}")
         self.shards = [self._open(entry["name"], entry["pairs"],
                                   (entry["src_tokens"], entry["tgt_tokens"]) if "src_tokens" in entry else None)
                        for entry in info.shards]

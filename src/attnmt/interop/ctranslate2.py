@@ -186,22 +186,30 @@ class AttnmtConverter(ctranslate2.converters.Converter):
 
 
 def export_ctranslate2(model_dir: str | Path, output: str | Path, quantization: str | None = None,
-                       int8_weight_bits: int = 7) -> Path:
+                       int8_weight_bits: int | None = None) -> Path:
     """Convert a model directory into a CTranslate2 model directory ``output`` (module docstring).
 
     Args:
         quantization: CTranslate2's weight type (:data:`QUANTIZATIONS`), None = float32.
-        int8_weight_bits: for int8 and int8_float32, 7 (attnmt's quantizer, no 16-bit
-            saturation on CPUs without VNNI) or 8 (CTranslate2's own quantizer).
+        int8_weight_bits: for the int8 quantizations only (None elsewhere): 7 (attnmt's quantizer,
+            no 16-bit saturation on CPUs without VNNI; the default of int8 and int8_float32, the only
+            ones it applies to) or 8 (CTranslate2's own quantizer, the other int8 types' only one).
     Raises:
         CheckpointError: ``output`` exists and is not empty, or the model directory is incomplete.
-        ValueError: an unknown quantization, or int8_weight_bits not 7 or 8.
+        OptionError: an unknown quantization, int8_weight_bits not 7 or 8, or given with
+            another quantization (where it would change nothing).
         EnvironmentFailure: the converter raised; ``output`` is left as it was.
     """
     output = Path(output)
     quantization = None if quantization is None else canonical_name(quantization)
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise OptionError(f"unknown quantization {quantization!r}; use one of {', '.join(QUANTIZATIONS)}")
+    if int8_weight_bits is not None and not (quantization or "").startswith("int8"):
+        raise OptionError(f"--int8-weight-bits applies to the int8 quantizations, not {quantization or 'float32'}")
+    if int8_weight_bits == 7 and quantization not in INT8_CPU_TYPES:
+        raise OptionError(f"7-bit int8 weights are made for {' and '.join(INT8_CPU_TYPES)}; {quantization} takes "
+                          "CTranslate2's own 8-bit weights")
+    int8_weight_bits = 7 if int8_weight_bits is None else int8_weight_bits
     if int8_weight_bits not in (7, 8):
         raise OptionError(f"int8 weights take 7 or 8 bits, not {int8_weight_bits}")
     if output.exists() and any(output.iterdir()):

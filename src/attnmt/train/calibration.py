@@ -40,7 +40,6 @@ from attnmt.train.trainer import BatchLoss
 log = logging.getLogger(__name__)
 
 BATCHES = 5  # the first batches of epoch 1: one warm-up and up to four timed, for each precision
-WARMUP_SENTENCES = 8  # of the first batch, the warm-up step's
 
 
 def training_choice(config: Config, run_dir: Path, resume: bool, model: Transformer, data: CorpusData,
@@ -122,8 +121,8 @@ def shape_signature(config: Config, model: Transformer) -> str:
 
 def calibrate(model: Transformer, batches: list[Batch], config: Config, device: torch.device) -> Choice:
     """Time forward and backward passes of ``model`` on ``batches`` in fp32 and bf16
-    (``attnmt.autoprecision.choose``: cached, or measured): the first :data:`WARMUP_SENTENCES`
-    sentences of the first batch warm up each precision, the other batches are timed. The
+    (``attnmt.autoprecision.choose``: cached, or measured): the first batch warms up each
+    precision, the other batches are timed. The
     model's weights, gradients and the random state are left as they were.
 
     Args:
@@ -131,9 +130,9 @@ def calibrate(model: Transformer, batches: list[Batch], config: Config, device: 
     """
     loss = BatchLoss(model, config.train.label_smoothing, per_sentence=config.train.loss_normalization == "sentences")
     params = [p for p in model.parameters() if p.requires_grad]
-    warm = batches[0]  # the warm-up: a slice of the first batch is enough to set the kernels up
-    on_device = [Batch(warm.src[:WARMUP_SENTENCES], warm.tgt_in[:WARMUP_SENTENCES], warm.tgt_out[:WARMUP_SENTENCES])]
-    on_device = [b.to(device) for b in on_device + batches[1:]]
+    # the warm-up is a whole batch: a first pass at the real shapes (allocations, the kernels' first calls)
+    # is slower in float32 as in bfloat16, and a small one leaves part of that in the first timed step
+    on_device = [b.to(device) for b in batches]
 
     def step(precision: str, i: int) -> int:
         batch = on_device[i % len(on_device)]
