@@ -14,6 +14,8 @@ import json
 import os
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent  # the checkout (harness.ROOT)
+
 
 STAMP = "bench_stamp.json"  # in a run folder: what trained it (configuration, options, commit)
 
@@ -40,8 +42,19 @@ def note_model(args, run_dir: Path, reused: bool) -> None:
     made = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     if not hasattr(args, "models"):
         args.models = {}
-    args.models[str(run_dir)] = {"dir": str(run_dir), "reused": reused, "trained_at": made.get("commit", "unknown"),
-                                 "trained_dirty": made.get("dirty", True)}
+    args.models[str(run_dir)] = {"dir": shown(run_dir, getattr(args, "work", None)), "reused": reused,
+                                 "trained_at": made.get("commit", "unknown"), "trained_dirty": made.get("dirty", True)}
+
+
+def shown(path: Path, work: Path | None = None) -> str:
+    """A model folder as a record names it, with no path of the machine that measured: relative to the
+    checkout where it lies inside it (``benchmarks/work/...``, ``runs/...``), else ``WORK/...`` under the
+    work folder, else the folder's own name."""
+    full = Path(path).resolve()
+    for base, prefix in ((ROOT, ""), (Path(work).resolve() if work else None, "WORK/")):
+        if base is not None and full.is_relative_to(base):
+            return prefix + full.relative_to(base).as_posix()
+    return full.name
 
 
 def atomic_json(path: Path, value) -> None:

@@ -217,3 +217,11 @@ def test_records_written_by_one_step_leave_the_tree_clean_for_the_next(monkeypat
     assert host.commit()[1] is False
     (tmp_path / "code.py").write_text("x = 2\n")
     assert host.commit()[1] is True
+
+
+def test_a_record_names_its_model_folder_without_a_path_of_the_machine(tmp_path):
+    """Records are committed: a model folder is named relative to the checkout or the work folder."""
+    assert stamps.shown(REPO / "runs" / "multi30k_de_en") == "runs/multi30k_de_en"
+    assert stamps.shown(REPO / "benchmarks" / "work" / "train" / "x") == "benchmarks/work/train/x"
+    assert stamps.shown(tmp_path / "w" / "train" / "m", tmp_path / "w") == "WORK/train/m"
+    assert stamps.shown(tmp_path / "elsewhere" / "m", tmp_path / "w") == "m"
