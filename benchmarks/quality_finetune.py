@@ -51,23 +51,32 @@ def config(half: tuple[Path, Path], data: Path, args, updates: int, lr: float, w
                  valid_every=args.valid_every, average_last=0, log_every=50)
     cfg = apply_overrides(cfg, h.capped(updates))
     if init_from is not None:
-        train["init_from"] = str(init_from)
+        cfg["train"]["init_from"] = str(init_from)  # apply_overrides returned a new dict: not `train`
         # the model and tokenizer sections are the starting model's (train.init_from inherits them)
         cfg.pop("model"), cfg.pop("tokenizer")
     return apply_overrides(cfg, [s for s in args.set if init_from is None or s.split(".")[0] not in
                                  ("model", "tokenizer")])
 
 
-def train_and_score(name: str, cfg: dict, work: Path, data: Path) -> dict:
+def test_set(data: Path, work: Path, limit: int | None) -> tuple[Path, Path]:
+    """test_2016_flickr's source and reference files: the whole set, or its first ``limit`` lines (``--limit``)."""
+    files = tuple(data / "multi30k" / f"test_2016_flickr.{lang}.gz" for lang in ("de", "en"))
+    if not limit:
+        return files
+    return tuple(h.write_lines(work / f"test.{lang}", h.read_lines(f, limit)) for f, lang in zip(files, ("de", "en")))
+
+
+def train_and_score(name: str, cfg: dict, work: Path, test: tuple[Path, Path]) -> dict:
     """Train one run into ``work/NAME`` and score it on the test set: updates, minutes, BLEU, chrF."""
     slug = name.split(" (")[0].replace(" ", "_")
     path, out = work / f"{slug}.yaml", work / slug
     path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
     p = h.run(h.attnmt("train", path, "--output", out), log=work / f"{slug}.log")
     result = json.loads(p.output.strip().splitlines()[-1])
+    if cfg["train"].get("init_from") and not (out / "init_from.json").is_file():
+        raise h.BenchError(f"{out}: trained from scratch, not from {cfg['train']['init_from']} (no init_from.json)")
     threads = ["--threads", str(cfg["train"]["num_threads"])] if cfg["train"].get("num_threads") else []
-    scores = h.evaluate(out, data / "multi30k" / "test_2016_flickr.de.gz", data / "multi30k" / "test_2016_flickr.en.gz",
-                      *threads)
+    scores = h.evaluate(out, *test, *threads)
     return {"run": name, "updates": result["steps"], "train_minutes": round(p.seconds / 60, 1),
             "test_bleu": round(scores["bleu"], 2), "test_chrf": round(scores["chrf"], 2)}
 
@@ -97,12 +106,13 @@ def run(args) -> None:
     work.mkdir(parents=True, exist_ok=True)
     halves = split_halves(data, work, args.seed, 2000 if args.smoke else None)
     half = args.updates // 2
-    a = train_and_score("half-A", config(halves["A"], data, args, half, args.lr, args.warmup), work, data)
+    test = test_set(data, work, args.limit)
+    a = train_and_score("half-A", config(halves["A"], data, args, half, args.lr, args.warmup), work, test)
     ft_config = config(halves["B"], data, args, args.updates - half, args.finetune_lr, args.finetune_warmup,
                        init_from=work / "half-A")
     ft_config["train"]["schedule"] = args.finetune_schedule
-    ft = train_and_score("A then B (fine-tuned)", ft_config, work, data)
-    b = train_and_score("B alone", config(halves["B"], data, args, args.updates, args.lr, args.warmup), work, data)
+    ft = train_and_score("A then B (fine-tuned)", ft_config, work, test)
+    b = train_and_score("B alone", config(halves["B"], data, args, args.updates, args.lr, args.warmup), work, test)
     for row in (a, ft, b):
         for column, key, unit in (("updates", "updates", "updates"), ("training minutes", "train_minutes", "min"),
                                   ("test BLEU", "test_bleu", "BLEU"), ("test chrF", "test_chrf", "chrF")):
