@@ -144,7 +144,8 @@ def run(args) -> None:
                               "sentences"),
                "RSS loaded": (round(loaded / mib), "MiB"), "RSS after warm-up": (round(warm / mib), "MiB"),
                "RSS at the end": (round(end / mib), "MiB"), "peak RSS": (round(rss.peak / mib), "MiB"),
-               "offline attnmt translate before, after": ([round(r, 1) for r in offline_rates], "sentences/s"),
+               "offline attnmt translate before": (round(offline_rates[0], 1), "sentences/s"),
+               "offline attnmt translate after": (round(offline_rates[-1], 1), "sentences/s"),
                "server against offline mean": (round(rate / statistics.mean(offline_rates), 3), "share")}
     figure = f"{args.engine} engine ({args.driver}, {args.clients} clients)"
     for column, (value, unit) in figures.items():
