@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent  # the checkout (harness.ROOT)
+from host import ROOT  # the checkout
 
 
 STAMP = "bench_stamp.json"  # in a run folder: what trained it (configuration, options, commit)
