@@ -4,7 +4,9 @@ document's speed against the same sentences as lines (``attnmt translate --input
 - Paragraphs: test_2016_flickr grouped four by four into 250 paragraphs (one per line, a blank
   line between them) translated with ``--split-sentences``; the same sentences translated one per
   line and joined the same way; and the paragraphs as lines without splitting. BLEU of each
-  against the references joined the same way, and whether every blank line came back.
+  against the references joined the same way, and whether every blank line came back; how many
+  paragraphs the model's splitter (the rules and the model's learned sentence starts,
+  ``attnmt.data.sentence_model``) and the rules alone cut into exactly their four sentences.
 - HTML: each sentence in a ``<p>``, one word wrapped in ``<b>``, ``<a href>`` or ``<i>`` (the
   longest alphabetic word after the first); text BLEU with the tags removed, and the share of
   tags that end around the word's translation: the wrapped word translated on its own (articles
@@ -18,6 +20,9 @@ import re
 from pathlib import Path
 
 import harness as h
+
+from attnmt.data import sentence_model
+from attnmt.documents.sentences import split
 
 SECTION = "Documents"
 DOCUMENT_SECONDS = re.compile(r"translated \S+ \(\w+\) in ([\d.]+) s")
@@ -75,6 +80,12 @@ def run(args) -> None:
     for figure, hyp in (("paragraphs, --split-sentences", split_hyp), ("sentences as lines, joined", joined),
                         ("paragraphs as lines, not split", unsplit)):
         h.record(args, SECTION, figure, "BLEU", round(h.bleu(hyp, ref)["bleu"], 2), "BLEU", **settings)
+    for figure, starts in (("paragraphs, --split-sentences", sentence_model.starts_of(args.model)),
+                           ("paragraphs, split by the rules alone", None)):
+        exact = sum([p[a:b] for a, b in split(p, "de", starts)] == lines[i:i + 4]
+                    for p, i in zip(paragraphs, range(0, len(lines), 4)))
+        h.record(args, SECTION, figure, "paragraphs split into their sentences", exact, "paragraphs",
+                 **settings)
     same_layout = split_text.count("\n") == doc.read_text(encoding="utf-8").count("\n")
     h.record(args, SECTION, "paragraphs, --split-sentences", "line breaks kept", int(same_layout), "bool", **settings)
     ratio = best["document"]["decode_seconds"] / best["lines"]["decode_seconds"]

@@ -4,7 +4,7 @@ Before anything runs: the plan with each step's estimated minutes (``--dry-run``
 refusal when the tree has uncommitted changes (``--allow-dirty`` measures anyway and every record says
 ``dirty``), a line when the machine is busy (load average above 0.5 per core), and the peers' virtual
 environments made by ``setup_peers.sh`` when the ``peers`` step will run and one is missing. Then
-each step runs as its own ``python -m benchmarks ...`` process, so that its records name the command
+each step runs, after the first once the load average has fallen back (:func:`settle`), as its own ``python -m benchmarks ...`` process, so that its records name the command
 that reruns it alone; a training step whose model is already trained from the same configuration at
 this clean commit reuses it (harness.trained). A step that fails is reported and the next one runs;
 the exit status is 1 when any failed.
@@ -19,6 +19,8 @@ import time
 
 import harness as h
 import plan
+
+SETTLE_SECONDS = 180  # the most ``settle`` waits before a step
 
 
 def add_arguments(p) -> None:
@@ -59,6 +61,21 @@ def missing_models(chosen: list[plan.Step]) -> list[str]:
     return out
 
 
+def settle(limit: float = SETTLE_SECONDS, poll: float = 5.0) -> float:
+    """Wait until the 1-minute load average is at most ``h.BUSY`` per core, at most ``limit``
+    seconds; the seconds waited. The average still holds the previous step's processes for a
+    minute or two after they end (it decays by e each minute), so without the wait the next
+    step's records would keep a load that no process of the machine made any more."""
+    t0 = time.monotonic()
+    while h.load_per_core() > h.BUSY and time.monotonic() - t0 < limit:
+        time.sleep(poll)
+    waited = time.monotonic() - t0
+    if waited >= poll:
+        print(f"[all] waited {waited:.0f} s for the load average to settle ({h.load_per_core():.2f} per core)",
+              flush=True)
+    return waited
+
+
 def run(args) -> None:
     """Print the plan, check the tree and the machine, then run each step; exit 1 if a step failed."""
     chosen = steps(args)
@@ -81,7 +98,9 @@ def run(args) -> None:
         subprocess.run(["bash", str(h.HERE / "setup_peers.sh"), *missing_peers()], cwd=h.ROOT, env=env, check=False)
     failed, start = [], time.perf_counter()
     print(f"[all] commit {commit}{' (dirty)' if dirty else ''}; {len(chosen)} steps", flush=True)
-    for s in chosen:
+    for k, s in enumerate(chosen):
+        if k:
+            settle()
         cmd = [sys.executable, "-m", "benchmarks", *s.argv, *(["--allow-dirty"] if args.allow_dirty else [])]
         print(f"[all] step {s.name} ({s.kind}, about {s.minutes:.0f} min): {s.command()}", flush=True)
         t0 = time.perf_counter()

@@ -225,3 +225,16 @@ def test_a_record_names_its_model_folder_without_a_path_of_the_machine(tmp_path)
     assert stamps.shown(REPO / "benchmarks" / "work" / "train" / "x") == "benchmarks/work/train/x"
     assert stamps.shown(tmp_path / "w" / "train" / "m", tmp_path / "w") == "WORK/train/m"
     assert stamps.shown(tmp_path / "elsewhere" / "m", tmp_path / "w") == "m"
+
+
+def test_a_step_waits_for_the_previous_steps_load_to_settle(monkeypatch, capsys):
+    loads = iter([1.4, 0.9, 0.6, 0.4, 0.3])
+    clock = iter(range(0, 1000, 5))
+    monkeypatch.setattr(run_all.h, "load_per_core", lambda: next(loads))
+    monkeypatch.setattr(run_all.time, "monotonic", lambda: next(clock))
+    slept = []
+    monkeypatch.setattr(run_all.time, "sleep", slept.append)
+    assert run_all.settle(limit=180, poll=5) == 20
+    assert slept == [5, 5, 5] and "waited 20 s" in capsys.readouterr().out
+    monkeypatch.setattr(run_all.h, "load_per_core", lambda: 2.0)  # never settles: gives up at the limit
+    assert run_all.settle(limit=30, poll=5) >= 30

@@ -7,6 +7,8 @@
                                imported MarianMT model (a JSON list, the piece of each id)
     RUN_DIR/model.safetensors  the weights translation uses, with the model section they were
                                trained as in their metadata (:data:`attnmt.weights.ARCHITECTURE`)
+    RUN_DIR/sentences/         where sentences start, learned with the tokenizers (optional; for
+                               documents: ``attnmt.data.sentence_model``)
 
 An export for another engine keeps config.yaml and the tokenizers and holds, in place of the
 weights, CTranslate2's model.bin (:data:`CTRANSLATE2_MODEL`) or the ONNX graphs encoder.onnx
@@ -37,6 +39,7 @@ from safetensors import SafetensorError, safe_open
 
 from attnmt.atomic import atomic_write
 from attnmt.config import Config, canonical_language, config_from_yaml
+from attnmt.data import sentence_model
 from attnmt.data.tokenizers import Tokenizer, VocabTokenizer, WordTokenizer
 from attnmt.errors import CheckpointError, ConfigError
 from attnmt.weights import (ARCHITECTURE, DIGEST, INFERENCE_FREE_KEYS, architecture, check_architecture,  # noqa: F401
@@ -153,10 +156,11 @@ def copy_tokenizers(model_dir: str | Path, output: str | Path) -> list[str]:
 
 def copy_translation_files(model_dir: str | Path, output: str | Path) -> None:
     """Copy what translation needs besides the weights (config.yaml, the SentencePiece models,
-    vocab.json) from a model directory into another directory, e.g. an exported model's."""
+    vocab.json, the learned sentence splitter's folder) from a model directory into another directory, e.g. an exported model's."""
     for name in (CONFIG, JOINT_SPM, SRC_SPM, TGT_SPM, VOCAB, SRC_WORDS, TGT_WORDS):
         if (Path(model_dir) / name).is_file():
             atomic_write(Path(output) / name, lambda tmp, name=name: shutil.copyfile(Path(model_dir) / name, tmp))
+    sentence_model.copy(model_dir, output)
 
 
 def model_languages(model_dir: str | Path) -> tuple[str | None, str | None]:

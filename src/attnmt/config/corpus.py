@@ -156,6 +156,11 @@ class TokenizerConfig(Section):
                                "reservoir sampling in one pass). Its memory grows with the sample's characters: about "
                                "1.6 KiB a line of 70 characters (the unigram trainer's suffix array), so the default "
                                "keeps preparation under 1 GB; a larger vocabulary may want more lines")
+    sentence_splitter: Literal["learned", "rules"] = Field(
+        "learned", description="how documents (attnmt translate --input-format, --split-sentences) are split into "
+        "sentences: learned: sentencex's punctuation rules, and where the text has no punctuation, spaCy's "
+        "sentence recognizer trained in preparation on the source sample (a few seconds; attnmt.data."
+        "sentence_model; a bilingual model with spaCy installed); rules: the punctuation rules alone")
     lowercase: bool = Field(False, description="kind word: lowercase the text before tokenizing")
     min_freq: int = Field(1, gt=0, le=C_INT_MAX, description="kind word: keep words seen at least this often in "
                                                              "training")

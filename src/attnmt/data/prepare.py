@@ -11,7 +11,10 @@ the configuration names text files) both call :func:`prepare`. The steps:
    a multilingual model's languages, are read at once, in processes of their own), and the
    tokenizers are trained on its non-empty lines (``attnmt.data.sampling``,
    ``attnmt.data.tokenizer_training``). A side within that size is sampled whole and
-   in order, so the tokenizers equal those trained on all of it.
+   in order, so the tokenizers equal those trained on all of it. A bilingual model also learns
+   where sentences start from the source sample (``attnmt.data.sentence_model``, for
+   translating documents; ``tokenizer.sentence_splitter``), kept as a folder beside the
+   tokenizers.
 3. A second pass reads the pairs in chunks of whole lines, as bytes (``attnmt.data.text``:
    blocks of a mebibyte, cut with numpy, no Python object per line), taking each file's
    SHA-256 as it reads; ``workers`` processes decode, encode and filter the chunks (in order;
@@ -64,7 +67,7 @@ from tqdm import tqdm
 
 from attnmt import languages
 from attnmt.config import Config
-from attnmt.data import shards
+from attnmt.data import sentence_model, shards
 from attnmt.data.encoding import FILTERS, Chunk, Filters, HashSet64, decode_pairs, encode_chunk, encode_stream
 from attnmt.data.manifest import CorpusEntry, FileRecord, Manifest, SplitRecord, TrainRecord, ValidSet
 from attnmt.data.sampling import no_pair, sample_by_language, sample_lines
@@ -235,15 +238,19 @@ def prepare(config: Config, output: str | Path, tokenizers: tuple | None = None,
     if tokenizers is None and multilingual:
         lines = sample_by_language(corpora, config.tokenizer.max_sentences, config.train.seed, workers)
         tokenizers = train_tokenizers(config, lines, [])
-    elif tokenizers is None:
-        tokenizers = train_tokenizers(config, *sample_lines(corpora, config.tokenizer.max_sentences,
-                                                            config.train.seed, workers))
+    learned = None
+    if tokenizers is None and not multilingual:
+        src_lines, tgt_lines = sample_lines(corpora, config.tokenizer.max_sentences, config.train.seed, workers)
+        tokenizers = train_tokenizers(config, src_lines, tgt_lines)
+        learned = _sentence_model(config, src_lines)
     prefixes = _prefixes(config, corpora + valid_sets, tokenizers[0])
     t_tokenizers = time.monotonic() - t0
     dtype = np.dtype(dtype or shards.token_dtype(max(len(tokenizers[0]), len(tokenizers[1]))))
     filters = Filters(d.max_len, d.filter.max_length_ratio, d.filter.copies, d.filter.dedup)
     with shards.staging_dir(output, replace) as staging:
         hashes = save_tokenizers(staging, *tokenizers)
+        if learned is not None:
+            sentence_model.save(learned, staging)
         train = _write_training_split(staging, corpora, tokenizers, filters, dtype, workers, shard_pairs, progress,
                                       prefixes)
         _check_kept(corpora, train)
@@ -272,6 +279,21 @@ def prepare(config: Config, output: str | Path, tokenizers: tuple | None = None,
              train.pairs, train.lines, ", ".join(f"{n} {k}" for k, n in train.dropped.items() if n) or "none",
              manifest.seconds, t_tokenizers, train.lines / max(manifest.seconds - t_tokenizers, 1e-9), output)
     return manifest
+
+
+def _sentence_model(config: Config, src_lines: list[str]):
+    """The sentence splitter learned from the source sample (``attnmt.data.sentence_model``), or
+    None: ``tokenizer.sentence_splitter`` rules, or spaCy not installed (said in the log)."""
+    if config.tokenizer.sentence_splitter != "learned":
+        return None
+    if not sentence_model.available():
+        log.info("sentence splitter: rules only (spaCy, of the documents extra, is not installed)")
+        return None
+    t0 = time.monotonic()
+    learned = sentence_model.train(src_lines, config.languages()[0], config.train.seed)
+    log.info("learned where sentences start from %d source lines in %.1f s (for documents)",
+             min(len(src_lines), sentence_model.MAX_LINES), time.monotonic() - t0)
+    return learned
 
 
 def _check_kept(corpora: list[Corpus], train: TrainRecord) -> None:

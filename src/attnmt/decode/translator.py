@@ -27,9 +27,7 @@ from typing import TYPE_CHECKING
 from attnmt import languages
 from attnmt.config import Config
 from attnmt.data.tokenizers import EOS_ID, Tokenizer
-from attnmt.decode import terminology
-from attnmt.decode.alignment import align_translation, alignment_layer
-from attnmt.decode.confidence import word_confidence
+from attnmt.decode.controls import OutputControls
 from attnmt.decode.engine import Engine, SearchOptions, check_positions, check_supported, has_capability, require
 from attnmt.decode.results import ScoredHypothesis, Translation, empty_translation, scored_hypothesis
 from attnmt.decode.terminology import ConstraintError
@@ -47,7 +45,7 @@ log = logging.getLogger(__name__)
 __all__ = ["ConstraintError", "ScoredHypothesis", "Translation", "Translator"]
 
 
-class Translator:
+class Translator(OutputControls):
     """Translate raw sentences with a model directory and an engine.
 
     Args:
@@ -82,6 +80,9 @@ class Translator:
         self.tgt_tokenizer = tgt_tokenizer
         self.config = config
         self.inter_threads = 1
+        # The model (or export) directory it was loaded from, where its learned sentence splitter
+        # is (``attnmt.data.sentence_model``, for documents); None: built from objects.
+        self.directory: Path | None = None
 
     @classmethod
     def from_dir(cls, run_dir: str | Path, weights: str | Path | None = None, device: str | None = None,
@@ -100,7 +101,9 @@ class Translator:
         from attnmt.rundir import load_model_dir
 
         config, src_tok, tgt_tok, model = load_model_dir(run_dir, weights)
-        return cls(model, src_tok, tgt_tok, config, device, precision)
+        tr = cls(model, src_tok, tgt_tok, config, device, precision)
+        tr.directory = Path(run_dir)
+        return tr
 
     # What only some engines have, each declared in ``engine.capabilities`` (attnmt.decode.engine).
 
@@ -283,53 +286,6 @@ class Translator:
         options = options or self.options(beam_size, 1, length_penalty, return_token_log_probs=False)
         return translate_document(document, input_format, backend(self, options, batch_size, tgt_lang),
                                   source_language(self, src_lang), split_sentences)
-
-    def check_constraints(self, constraints: list[list[str]], lines: list[int] | None = None) -> None:
-        """Refuse a phrase the target tokenizer cannot spell (``attnmt.decode.terminology.check_constraints``):
-        per sentence of ``constraints`` its phrases (raw text), ``lines`` each one's 1-based
-        number (default 1, 2, ...).
-
-        Raises:
-            ConstraintError: the first such phrase, with its sentence.
-        """
-        terminology.check_constraints(self.tgt_tokenizer, constraints, lines)
-
-    def encode_constraints(self, constraints: list[list[str]], src_ids: list[list[int]], options: SearchOptions,
-                           lines: list[int]) -> tuple[list[list[list[int]]], dict[int, list[str]]]:
-        """Phrases as target token ids, each sentence's left out, with a warning logged, where
-        they cannot fit its output length limit (``attnmt.decode.terminology.encode_constraints``:
-        its arguments and what it returns).
-        """
-        ids, warnings = terminology.encode_constraints(self.tgt_tokenizer, self.config.model.max_positions,
-                                                       constraints, src_ids, options, lines)
-        for messages in warnings.values():
-            for message in messages:
-                log.warning(message)
-        return ids, warnings
-
-    def _alignment_layer(self, layer: int | None) -> int:
-        return alignment_layer(layer, self.config.model.num_decoder_layers)
-
-    def align(self, src_ids: list[int], translation: Translation, layer: int, tagged: int = 0) -> None:
-        """Fill each hypothesis' word alignment (``ScoredHypothesis.alignment``) from decoder
-        layer ``layer`` (1-based): the best hypothesis' from ``translation.attention`` when the
-        engine returned it, the others' from forced decoding (:meth:`source_attention`);
-        ``attnmt.decode.alignment.align_translation``.
-
-        Args:
-            src_ids: the sentence's source ids, ending with EOS.
-            tagged: how many ids in front are a language tag (not words of the source).
-        Raises:
-            UnsupportedOption: an engine without the 'attention' capability (only native has it).
-        """
-        align_translation(translation, src_ids, layer, tagged, self.src_tokenizer.decode, self.tgt_tokenizer.decode,
-                          self.source_attention)
-
-    def confidence(self, hypothesis: ScoredHypothesis) -> tuple[list[str], list[float]]:
-        """The words of a hypothesis (from :meth:`translate` or :meth:`score`) and the
-        probability of each: the product of its subwords' probabilities
-        (``attnmt.decode.confidence``)."""
-        return word_confidence(hypothesis.token_ids, hypothesis.token_log_probs, self.tgt_tokenizer.decode)
 
     @staticmethod
     def empty(nbest: int = 1) -> Translation:

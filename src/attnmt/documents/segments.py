@@ -70,7 +70,7 @@ def translate_segments(segments: list[Segment], backend: Backend, lang: str | No
     pieces: list[list[tuple[int, int]]] = []
     for seg in segments:
         if split_sentences:
-            sentences = split(seg.text, lang)
+            sentences = split(seg.text, lang, backend.sentence_starts)
         else:
             stripped = seg.text.strip()
             start = len(seg.text) - len(seg.text.lstrip())

@@ -1,10 +1,18 @@
 """Sentences of a paragraph, with the whitespace between them kept, and sentences cut to fit.
 
-Splitting is sentencex's (Wikimedia's rule-based segmenter: per-language abbreviation lists,
+Splitting is by rules, sentencex's, and where a model has one, by what it learned from its
+training source lines (``attnmt.data.sentence_model``). The rules decide wherever the text has
+punctuation: they know abbreviations and ordinals ("z. B.", "Dr.", "3. Mai"), which a model
+learned from captions does not. The learned splitter adds a sentence start only after whitespace
+that follows a letter or digit, no punctuation at all: a sentence with no full stop
+("Zwei Männer in einer Stadt Der Mann ..."), which no rule can end.
+
+The rules are sentencex's (Wikimedia's rule-based segmenter: per-language abbreviation lists,
 no model to download, many languages). It was chosen by measuring it against spaCy's
 rule-based ``sentencizer`` and pysbd on the Multi30k test sentences joined four by four into
 paragraphs and on hard cases ("z. B.", "Dr.", "ca.", "3.5", "3. Mai", quotes, ellipses), in
-German, English, French and Czech (docs/documents.md gives the figures). Its pieces cover the
+German, English, French and Czech; ``benchmarks/splitters.py`` counts the rules, the learned
+splitter and both together the same way (docs/documents.md gives the figures). Its pieces cover the
 text exactly (the whitespace after a sentence stays with it), so putting translations back
 between the original whitespace is a matter of offsets.
 
@@ -26,12 +34,15 @@ _CLAUSE = re.compile(r"[,;:\u2013\u2014]\s+|\s[-\u2013\u2014]\s+")
 _SPACE = re.compile(r"\s+")
 
 
-def split(text: str, lang: str | None) -> list[tuple[int, int]]:
+def split(text: str, lang: str | None, learned: Callable[[str], list[int]] | None = None) -> list[tuple[int, int]]:
     """The sentences of ``text`` as (start, end) character offsets, whitespace excluded, in order.
 
     Args:
         text: a paragraph (any whitespace, line breaks included, between sentences).
         lang: its language code (e.g. 'de'); None or one sentencex lacks: English rules.
+        learned: a learned splitter's sentence starts in a text (character offsets,
+            ``attnmt.data.sentence_model.starts_of``); those where the text before ends in a
+            letter or digit are added to the rules' (module docstring). None: the rules alone.
     Returns:
         Non-overlapping (start, end) pairs, ``text[start:end]`` stripped and non-empty; empty
         for blank text.
@@ -47,8 +58,18 @@ def split(text: str, lang: str | None) -> list[tuple[int, int]]:
             out.append((start, end))
     if pos != len(text):  # sentencex's pieces cover the text; should a version not, keep it whole
         stripped = text.strip()
-        return [(text.index(stripped), text.index(stripped) + len(stripped))] if stripped else []
-    return out
+        out = [(text.index(stripped), text.index(stripped) + len(stripped))] if stripped else []
+    if learned is None or not out:
+        return out
+    starts = {start for start, _ in out}
+    for k in learned(text):
+        before = text[:k].rstrip()
+        if out[0][0] < k < out[-1][1] and text[k - 1].isspace() and before[-1].isalnum():
+            starts.add(k)
+    if len(starts) == len(out):
+        return out
+    cuts = sorted(starts) + [out[-1][1]]
+    return [(a, len(text[:b].rstrip())) for a, b in zip(cuts, cuts[1:])]
 
 
 def fit(text: str, start: int, end: int, length: Callable[[str], int], limit: int) -> list[tuple[int, int]]:

@@ -173,4 +173,5 @@ def open_translator(model_dir: str | Path, engine: str = "native", device: str |
         search = OnnxEngine(model_dir, device, threads=threads)
     tr = Translator(search, search.src_tokenizer, search.tgt_tokenizer, search.config)
     tr.inter_threads = inter_threads
+    tr.directory = Path(model_dir)
     return tr

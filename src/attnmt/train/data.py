@@ -35,7 +35,7 @@ from pathlib import Path
 
 from attnmt import rundir
 from attnmt.config import Config
-from attnmt.data import shards
+from attnmt.data import sentence_model, shards
 from attnmt.data.corpus import EncodedCorpus
 from attnmt.data.manifest import MANIFEST, CorpusEntry, Manifest
 from attnmt.data.plan import GENERATOR, Buckets, Share, epoch_plan, epoch_size, sample_pairs
@@ -245,9 +245,11 @@ def _open(directory: Path, manifest: Manifest, src_tok, tgt_tok) -> CorpusData:
 
 
 def write_run_tokenizers(config: Config, data: CorpusData, run_dir: Path) -> None:
-    """Copy a new run's tokenizer files into its directory, byte for byte: the starting
-    model's when fine-tuning (``train.init_from``), else the prepared directory's."""
+    """Copy a new run's tokenizer files and learned sentence splitter (where there is one) into
+    its directory, byte for byte: the starting model's when fine-tuning (``train.init_from``),
+    else the prepared directory's."""
     rundir.copy_tokenizers(config.train.init_from or data.directory, run_dir)
+    sentence_model.copy(config.train.init_from or data.directory, run_dir)
 
 
 def buckets(corpus: shards.ShardedCorpus) -> Buckets:
