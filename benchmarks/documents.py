@@ -82,8 +82,9 @@ def run(args) -> None:
         h.record(args, SECTION, figure, "BLEU", round(h.bleu(hyp, ref)["bleu"], 2), "BLEU", **settings)
     for figure, starts in (("paragraphs, --split-sentences", sentence_model.starts_of(args.model)),
                            ("paragraphs, split by the rules alone", None)):
-        exact = sum([p[a:b] for a, b in split(p, "de", starts)] == lines[i:i + 4]
-                    for p, i in zip(paragraphs, range(0, len(lines), 4)))
+        learned = starts(paragraphs) if starts else [None] * len(paragraphs)
+        exact = sum([p[a:b] for a, b in split(p, "de", found)] == lines[i:i + 4]
+                    for p, found, i in zip(paragraphs, learned, range(0, len(lines), 4)))
         h.record(args, SECTION, figure, "paragraphs split into their sentences", exact, "paragraphs",
                  **settings)
     same_layout = split_text.count("\n") == doc.read_text(encoding="utf-8").count("\n")

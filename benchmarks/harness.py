@@ -297,6 +297,21 @@ def capped(updates: int) -> list[str]:
     return [f"train.max_steps={updates}", "train.max_minutes=600"]
 
 
+def schedule_sets(schedule: str) -> dict[str, str]:
+    """``--set`` settings that switch a preset to the learning-rate ``schedule``: that, and each
+    train key that applies only to other schedules put back to its default, since the
+    configuration refuses a key set for a schedule not in use (a preset sets ``train.lr`` and
+    ``train.budget_decay`` for its ``time_budget``). Later settings may set them again."""
+    from attnmt.config.rules import APPLIES_ONLY_TO
+    from attnmt.config.schema import TrainConfig
+
+    sets = {"train.schedule": schedule}
+    for (section, key), (_, option, values) in APPLIES_ONLY_TO.items():
+        if section == "train" and option == "schedule" and schedule not in values:
+            sets[f"train.{key}"] = str(TrainConfig.model_fields[key].default)
+    return sets
+
+
 def set_args(settings: list[str]) -> list[str]:
     """``KEY=VALUE`` settings as ``--set`` arguments."""
     return [x for item in settings for x in ("--set", item)]

@@ -76,14 +76,14 @@ def main() -> None:
         sentencizer.add_pipe("sentencizer")
 
         def learned_alone(text, learned=learned):
-            cuts = [0] + learned(text) + [len(text)]
+            cuts = [0] + learned([text])[0] + [len(text)]
             return [(a, len(text[:b].rstrip())) for a, b in zip(cuts, cuts[1:])]
 
         splitters = {"sentencex (rules)": lambda t, lang=lang: split(t, lang),
                      "spaCy `sentencizer` (rules)": lambda t, s=sentencizer: [(x.start_char, x.end_char)
                                                                                for x in s(t).sents],
                      "learned from the training lines": learned_alone,
-                     "sentencex and learned (attnmt)": lambda t, lang=lang, s=learned: split(t, lang, s)}
+                     "sentencex and learned (attnmt)": lambda t, lang=lang, s=learned: split(t, lang, s([t])[0])}
         for name, splitter in splitters.items():
             table.setdefault(name, {})[lang] = f"{_exact(groups, splitter)}/{len(groups)}"
             right, total = hard.get(name, (0, 0))

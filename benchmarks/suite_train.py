@@ -153,7 +153,7 @@ def compiled(args) -> None:
         for compile in (False,) if args.smoke else (False, True):  # compiling takes minutes
             name = f"{precision}-{'compiled' if compile else 'eager'}"
             sets = {"train.compile": str(compile).lower(), "train.dropout_curriculum": 0, "train.precision": precision,
-                    "train.schedule": "constant", "train.budget_decay": "inverse_sqrt",
+                    **h.schedule_sets("constant"),
                     **dict(x.split("=") for x in h.capped(args.steps)),
                     "train.log_every": min(100, max(1, args.steps // 2)), "train.valid_bleu": "false"}
             cache = args.work / args.suite / f"{name}-inductor-cache"  # empty: a machine's first compile
@@ -183,7 +183,7 @@ def compiled(args) -> None:
 
 def data_parallel(args) -> None:
     """torchrun x2 (1 thread each) against 1 process of 2 threads accumulating the same updates: ppl, rate."""
-    sets = {"train.device": "cpu", "train.batch_tokens": 2048, "train.schedule": "noam", "train.lr_factor": 1.0,
+    sets = {**h.schedule_sets("noam"), "train.device": "cpu", "train.batch_tokens": 2048, "train.lr_factor": 1.0,
             "train.warmup_steps": 1600, **dict(x.split("=") for x in h.capped(args.steps)),
             "train.log_every": min(100, max(1, args.steps // 2))}
     for column, torchrun, extra in (("2 processes x 1 thread (torchrun, gloo)", True, {"train.num_threads": 1}),
@@ -198,7 +198,7 @@ def data_parallel(args) -> None:
 def precision_choice(args) -> None:
     """Training rates in fp32 and bf16, then train.precision auto's timing and choice; each recorded."""
     section, figure = "Training precision (`train.precision: auto`)", args.config.stem
-    sets = {"train.dropout_curriculum": 0, "train.schedule": "constant", "train.budget_decay": "inverse_sqrt",
+    sets = {**h.schedule_sets("constant"), "train.dropout_curriculum": 0,
             **dict(x.split("=") for x in h.capped(args.steps)), "train.log_every": min(100, max(1, args.steps // 2)),
             "train.valid_bleu": "false", "train.num_threads": args.threads}
     from attnmt.precision import cpu_bf16_is_fast

@@ -238,3 +238,18 @@ def test_a_step_waits_for_the_previous_steps_load_to_settle(monkeypatch, capsys)
     assert slept == [5, 5, 5] and "waited 20 s" in capsys.readouterr().out
     monkeypatch.setattr(run_all.h, "load_per_core", lambda: 2.0)  # never settles: gives up at the limit
     assert run_all.settle(limit=30, poll=5) >= 30
+
+
+@pytest.mark.parametrize("schedule", ["noam", "constant", "inverse_sqrt", "cosine_restarts", "time_budget"])
+def test_a_part_switching_the_presets_schedule_gives_a_valid_configuration(schedule):
+    """The parts that train a preset under another schedule (ddp: noam; compile, precision:
+    constant) would be refused for the preset's time_budget keys (train.lr, train.budget_decay)."""
+    import yaml
+
+    from attnmt.config import apply_overrides, config_from_dict
+
+    for preset in sorted((REPO / "configs").glob("multi30k_*.yaml")):
+        raw = yaml.safe_load(preset.read_text(encoding="utf-8"))
+        sets = [f"{key}={value}" for key, value in harness.schedule_sets(schedule).items()]
+        config = config_from_dict(apply_overrides(raw, sets))
+        assert config.train.schedule == schedule

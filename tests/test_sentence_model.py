@@ -47,25 +47,25 @@ def test_learned_starts_end_captions_without_a_full_stop(learned_de, multi30k_di
     val = _lines(multi30k_dir / "multi30k", "val", "de")[:400]
     paragraphs = [(" ".join(val[i:i + 4]), val[i:i + 4]) for i in range(0, len(val), 4)]
     rules = _exact(paragraphs, lambda p: split(p, "de"))
-    both = _exact(paragraphs, lambda p: split(p, "de", learned_de))
+    both = _exact(paragraphs, lambda p: split(p, "de", learned_de([p])[0]))
     assert rules <= 90 and both >= 96, (rules, both)  # of 100 paragraphs
     text = "Zwei Männer in Schwarz stehen in einer Stadt Ein Hund rennt über die Wiese."
-    assert [text[a:b] for a, b in split(text, "de", learned_de)] == [
+    assert [text[a:b] for a, b in split(text, "de", learned_de([text])[0])] == [
         "Zwei Männer in Schwarz stehen in einer Stadt", "Ein Hund rennt über die Wiese."]
 
 
 @pytest.mark.parametrize("lang, text, n", HARD)
 def test_the_rules_still_decide_at_punctuation(learned_de, lang, text, n):
-    assert [text[a:b] for a, b in split(text, lang, learned_de)] == [text[a:b] for a, b in split(text, lang)]
-    assert len(split(text, lang, learned_de)) == n
+    both = split(text, lang, learned_de([text])[0])
+    assert both == split(text, lang) and len(both) == n
 
 
 def test_a_learned_start_is_taken_only_after_whitespace_that_follows_a_letter_or_digit():
     text = "Ein Mann, Der Hund  Zwei Katzen Drei5Vögel."
     every_word = [i for i in range(1, len(text)) if not text[i].isspace()]  # a splitter that starts everywhere
-    pieces = [text[a:b] for a, b in split(text, "de", lambda t: every_word)]
+    pieces = [text[a:b] for a, b in split(text, "de", every_word)]
     assert pieces == ["Ein", "Mann, Der", "Hund", "Zwei", "Katzen", "Drei5Vögel."]
-    assert split("  ", "de", lambda t: [1]) == []
+    assert split("  ", "de", [1]) == []
 
 
 def test_documents_use_the_backends_splitter_and_keep_whitespace():
@@ -75,10 +75,17 @@ def test_documents_use_the_backends_splitter_and_keep_whitespace():
         calls.append(sentences)
         return [(s.upper(), None) for s in sentences]
 
-    backend = Backend(translate, lambda s: len(s.split()), 50, lambda t: [t.index("Der")] if "Der" in t else [])
+    asked = []
+
+    def starts(texts):
+        asked.append(texts)
+        return [[t.index("Der")] if "Der" in t else [] for t in texts]
+
+    backend = Backend(translate, lambda s: len(s.split()), 50, starts)
     out = translate_document("Ein Mann in einer Stadt  Der Hund bellt.\n\nZwei.\n", "text", backend, "de")
     assert out == "EIN MANN IN EINER STADT  DER HUND BELLT.\n\nZWEI.\n"
     assert calls == [["Ein Mann in einer Stadt", "Der Hund bellt.", "Zwei."]]
+    assert asked == [["Ein Mann in einer Stadt  Der Hund bellt.", "Zwei."]]  # every segment in one call
     calls.clear()
     translate_document("Ein Mann in einer Stadt  Der Hund bellt.", "text", replace(backend, sentence_starts=None), "de")
     assert calls == [["Ein Mann in einer Stadt  Der Hund bellt."]]
@@ -110,6 +117,7 @@ def test_training_writes_it_into_the_run_and_exports_and_rules_writes_none(tmp_p
     assert (tmp_path / "run" / "data" / sentence_model.FOLDER / "meta.json").is_file()
     tr = Translator.from_dir(tmp_path / "run")
     assert backend(tr, tr.options(), None, None).sentence_starts is sentence_model.starts_of(tmp_path / "run")
+    assert tr.sentence_starts() is sentence_model.starts_of(tmp_path / "run")
     assert sentence_model.starts_of(tmp_path / "run") is not None
     export = export_ctranslate2(tmp_path / "run", tmp_path / "ct2")
     assert (export / sentence_model.FOLDER / "meta.json").is_file()
@@ -117,6 +125,8 @@ def test_training_writes_it_into_the_run_and_exports_and_rules_writes_none(tmp_p
             f"starts = sentence_model.starts_of({str(export)!r}); print(starts is not None, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["True", "False"], out.stderr  # CTranslate2's engine runs without PyTorch
+    (export / sentence_model.FOLDER / "config.cfg").write_text("[nlp]\nlang = @misc(\"never read\")\n")
+    assert len(sentence_model.starts_of(export)(["Ein Mann. Ein Hund.", "Zwei"])) == 2  # its config is never read
 
     raw["tokenizer"]["sentence_splitter"] = "rules"
     (tmp_path / "b").mkdir()

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 FOLDER = "sentences"  # in a prepared data directory and a model directory
 MAX_LINES = 50_000  # lines of the sample it learns from at most (about 10 s on two cores)
 EPOCHS = 2
+BATCH = 64  # texts per batch, in training and in use
 
 
 def available() -> bool:
@@ -108,7 +109,7 @@ def train(lines: list[str], lang: str | None, seed: int):
         optimizer = nlp.initialize(lambda: examples)
         for _ in range(EPOCHS):
             rng.shuffle(examples)
-            for batch in spacy.util.minibatch(examples, 64):
+            for batch in spacy.util.minibatch(examples, BATCH):
                 nlp.update(batch, sgd=optimizer)
         return nlp
     finally:
@@ -142,9 +143,9 @@ def copy(source_dir: str | Path, output: str | Path) -> bool:
     return True
 
 
-def starts_of(directory: str | Path) -> Callable[[str], list[int]] | None:
-    """The sentence starts the model in ``directory/FOLDER`` finds, as a function of a text:
-    character offsets of every sentence start after the first. None where the folder is missing,
+def starts_of(directory: str | Path) -> Callable[[list[str]], list[list[int]]] | None:
+    """The sentence starts the model in ``directory/FOLDER`` finds, as a function of texts: per
+    text, the character offsets of every sentence start after the first. None where the folder is missing,
     spaCy is not installed, or the folder does not load (logged). Loaded once per folder as it
     is (a folder written again is loaded again); the function may be called from several
     threads (a lock serialises the model)."""
@@ -156,23 +157,23 @@ def starts_of(directory: str | Path) -> Callable[[str], list[int]] | None:
 
 
 @functools.lru_cache(maxsize=8)
-def _load(directory: str, _written: int) -> Callable[[str], list[int]] | None:
+def _load(directory: str, _written: int) -> Callable[[list[str]], list[list[int]]] | None:
     folder = Path(directory)
     try:
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
         nlp = _blank(meta.get("lang"))
         nlp.add_pipe("senter")
-        nlp.from_disk(folder, exclude=["config"])
+        nlp.from_disk(folder, exclude=["config.cfg"])  # the pipeline is ours; its config is not read
     except Exception as e:  # a damaged or foreign folder: the rules alone, said once
         log.warning("%s: the learned sentence splitter does not load (%s); sentences are split by rules alone",
                     folder, str(e).splitlines()[0] if str(e) else type(e).__name__)
         return None
     lock = threading.Lock()
 
-    def starts(text: str) -> list[int]:
-        with lock:
-            doc = nlp(text)
-        return [sent.start_char for sent in list(doc.sents)[1:]]
+    def starts(texts: list[str]) -> list[list[int]]:
+        with lock:  # one document's texts in batches through the CNN (nlp.pipe), not one by one
+            docs = list(nlp.pipe(texts, batch_size=BATCH))
+        return [[sent.start_char for sent in list(doc.sents)[1:]] for doc in docs]
 
     return starts
 

@@ -4,8 +4,9 @@
 ``translate`` (asking for word alignments where the engine can give them: its source attention,
 ``return_attention``, and only for a document with inline markup), its source tokenizer's
 length, its model's positions, and the sentence splitter learned with the model where its
-directory has one (``attnmt.data.sentence_model``). An engine without attention (ONNX Runtime) returns no alignment and the document layer places inline
-markup by position (``attnmt.documents.placement``).
+directory has one (``Translator.sentence_starts``). An engine without attention (ONNX Runtime)
+returns no alignment and the document layer places inline markup by position
+(``attnmt.documents.placement``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from attnmt import languages
-from attnmt.data import sentence_model
 from attnmt.documents import Backend
 
 if TYPE_CHECKING:
@@ -39,8 +39,8 @@ def backend(translator: Translator, options: SearchOptions, batch_size: int | No
     tokenizer = translator.src_tokenizer
     length: Callable[[str], int] = lambda s: len(tokenizer.encode(s))  # noqa: E731
     prefix = languages.source_prefix(translator.config, tokenizer, tgt_lang)
-    starts = sentence_model.starts_of(translator.directory) if translator.directory else None
-    return Backend(translate, length, translator.config.model.max_positions - 1 - len(prefix), starts)
+    return Backend(translate, length, translator.config.model.max_positions - 1 - len(prefix),
+                   translator.sentence_starts())
 
 
 def source_language(translator: Translator, src_lang: str | None) -> str | None:

@@ -264,6 +264,14 @@ class Translator(OutputControls):
                        for i, r in enumerate(results)]
         return results
 
+    def sentence_starts(self) -> Callable[[list[str]], list[list[int]]] | None:
+        """The sentence splitter learned with the model, loaded once (``attnmt.data.sentence_model
+        .starts_of``: texts -> per text, its sentence starts); None where the directory it was
+        loaded from has none, or it was built from objects."""
+        from attnmt.data import sentence_model
+
+        return sentence_model.starts_of(self.directory) if self.directory else None
+
     def translate_document(self, document: str | bytes, input_format: str = "text", split_sentences: bool = True,
                            src_lang: str | None = None, tgt_lang: str | None = None, beam_size: int | None = None,
                            batch_size: int | None = None, length_penalty: float | None = None,

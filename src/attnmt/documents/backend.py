@@ -1,10 +1,11 @@
 """What the document layer needs from a translator, and the error it raises.
 
 The document layer knows nothing of ``attnmt.decode.translator.Translator``: it takes a
-:class:`Backend`, three plain values that ``Translator.translate_document`` fills from itself
-(its ``translate`` with word alignments, its source tokenizer's length, its model's
-``max_positions``, its learned sentence splitter if it has one). So any translator of sentences, a test's fake one included, can translate
-documents, and the layer sits below ``attnmt.decode`` in the import layers.
+:class:`Backend`, plain values that ``Translator.translate_document`` fills from itself (its
+``translate`` with word alignments, its source tokenizer's length, its model's
+``max_positions``, its learned sentence splitter if it has one). So any translator of
+sentences, a test's fake one included, can translate documents, and the layer sits below
+``attnmt.decode`` in the import layers.
 """
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ class Backend:
     length: a sentence's number of source subwords (without EOS or a language tag).
     max_subwords: the most subwords a sentence may have (the model's ``max_positions`` less EOS
         and any language tag); longer sentences are cut (``attnmt.documents.sentences``).
-    sentence_starts: the model's learned sentence splitter, a text's sentence starts as
-        character offsets (``attnmt.data.sentence_model.starts_of``); None: split by rules alone.
+    sentence_starts: the model's learned sentence splitter: texts -> per text, its sentence
+        starts as character offsets (``attnmt.data.sentence_model.starts_of``); called once per
+        document with the text of all its segments. None: split by rules alone.
     """
 
     translate: Callable[[list[str], bool], list[Aligned]]
     length: Callable[[str], int]
     max_subwords: int
-    sentence_starts: Callable[[str], list[int]] | None = None
+    sentence_starts: Callable[[list[str]], list[list[int]]] | None = None

@@ -4,7 +4,8 @@ Every format (``attnmt.documents.plain``, ``html``, ``markdown``, ``subtitles``,
 turns its document into :class:`Segment` objects, a block's text with the :class:`Span` of
 each inline element over it, and puts the :class:`Translated` segments back. In between,
 :func:`translate_segments` does the same for every format: it splits each segment into
-sentences (``attnmt.documents.sentences``), cuts those longer than the model's positions,
+sentences (``attnmt.documents.sentences``; the learned sentence starts of all the segments
+come from one call of the backend's splitter), cuts those longer than the model's positions,
 sends the sentences of the *whole document* to the backend in one call (so the translator
 batches them by length as it batches lines), and rebuilds each segment's text with the
 whitespace between its sentences exactly as it was. Inline spans are then placed over the
@@ -67,10 +68,15 @@ def translate_segments(segments: list[Segment], backend: Backend, lang: str | No
     Returns:
         One :class:`Translated` per segment, in order; a blank segment comes back unchanged.
     """
+    learned: list[list[int] | None] = [None] * len(segments)
+    if split_sentences and backend.sentence_starts is not None:  # the learned starts of every segment at once
+        texts = [k for k, seg in enumerate(segments) if seg.text.strip()]
+        for k, starts in zip(texts, backend.sentence_starts([segments[k].text for k in texts])):
+            learned[k] = starts
     pieces: list[list[tuple[int, int]]] = []
-    for seg in segments:
+    for seg, starts in zip(segments, learned):
         if split_sentences:
-            sentences = split(seg.text, lang, backend.sentence_starts)
+            sentences = split(seg.text, lang, starts)
         else:
             stripped = seg.text.strip()
             start = len(seg.text) - len(seg.text.lstrip())

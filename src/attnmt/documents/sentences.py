@@ -34,14 +34,14 @@ _CLAUSE = re.compile(r"[,;:\u2013\u2014]\s+|\s[-\u2013\u2014]\s+")
 _SPACE = re.compile(r"\s+")
 
 
-def split(text: str, lang: str | None, learned: Callable[[str], list[int]] | None = None) -> list[tuple[int, int]]:
+def split(text: str, lang: str | None, learned: list[int] | None = None) -> list[tuple[int, int]]:
     """The sentences of ``text`` as (start, end) character offsets, whitespace excluded, in order.
 
     Args:
         text: a paragraph (any whitespace, line breaks included, between sentences).
         lang: its language code (e.g. 'de'); None or one sentencex lacks: English rules.
-        learned: a learned splitter's sentence starts in a text (character offsets,
-            ``attnmt.data.sentence_model.starts_of``); those where the text before ends in a
+        learned: the sentence starts a learned splitter found in ``text`` (character offsets,
+            ``attnmt.data.sentence_model.starts_of``); those after whitespace that follows a
             letter or digit are added to the rules' (module docstring). None: the rules alone.
     Returns:
         Non-overlapping (start, end) pairs, ``text[start:end]`` stripped and non-empty; empty
@@ -62,7 +62,7 @@ def split(text: str, lang: str | None, learned: Callable[[str], list[int]] | Non
     if learned is None or not out:
         return out
     starts = {start for start, _ in out}
-    for k in learned(text):
+    for k in learned:
         before = text[:k].rstrip()
         if out[0][0] < k < out[-1][1] and text[k - 1].isspace() and before[-1].isalnum():
             starts.add(k)
