@@ -78,7 +78,7 @@ def train(lines: list[str], lang: str | None, seed: int):
         lang: their language code (spaCy's rule-based tokenizer of it; 'xx' for None or a code
             spaCy lacks).
         seed: fixes the grouping, the order and spaCy's initialisation; the random states of
-            ``random`` and NumPy are put back afterwards.
+            ``random`` and NumPy are put back afterwards, and PyTorch's is never touched.
     Returns:
         A ``spacy.Language`` with one component, ``senter``.
     """
@@ -89,8 +89,9 @@ def train(lines: list[str], lang: str | None, seed: int):
     from spacy.training import Example
 
     states = random.getstate(), np.random.get_state()
-    try:
-        spacy.util.fix_random_seed(seed)
+    try:  # thinc draws from these two; not spacy.util.fix_random_seed, which reseeds PyTorch's too
+        random.seed(seed)
+        np.random.seed(seed)
         nlp = _blank(lang)
         nlp.add_pipe("senter")
         rng = random.Random(seed)
