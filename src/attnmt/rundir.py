@@ -156,7 +156,8 @@ def copy_tokenizers(model_dir: str | Path, output: str | Path) -> list[str]:
 
 def copy_translation_files(model_dir: str | Path, output: str | Path) -> None:
     """Copy what translation needs besides the weights (config.yaml, the SentencePiece models,
-    vocab.json, the learned sentence splitter's folder) from a model directory into another directory, e.g. an exported model's."""
+    vocab.json, the learned sentence splitter's folder) from a model directory into another
+    directory, e.g. an exported model's."""
     for name in (CONFIG, JOINT_SPM, SRC_SPM, TGT_SPM, VOCAB, SRC_WORDS, TGT_WORDS):
         if (Path(model_dir) / name).is_file():
             atomic_write(Path(output) / name, lambda tmp, name=name: shutil.copyfile(Path(model_dir) / name, tmp))
