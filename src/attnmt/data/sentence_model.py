@@ -119,14 +119,8 @@ def train(lines: list[str], lang: str | None, seed: int):
 
 
 def save(nlp, directory: str | Path) -> None:
-    """Write ``nlp`` as ``directory/FOLDER``, replacing one there: written beside it under a
-    temporary name and renamed into place (``attnmt.atomic.swap_directory``)."""
-    tmp = Path(tempfile.mkdtemp(prefix=f".{FOLDER}.", dir=directory))
-    try:
-        nlp.to_disk(tmp)
-        swap_directory(tmp, Path(directory) / FOLDER)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    """Write ``nlp`` as ``directory/FOLDER``, replacing one there (:func:`_write_folder`)."""
+    _write_folder(directory, nlp.to_disk)
 
 
 def copy(source_dir: str | Path, output: str | Path) -> bool:
@@ -135,13 +129,19 @@ def copy(source_dir: str | Path, output: str | Path) -> bool:
     source = Path(source_dir) / FOLDER
     if not source.is_dir():
         return False
-    tmp = Path(tempfile.mkdtemp(prefix=f".{FOLDER}.", dir=output))
+    _write_folder(output, lambda tmp: shutil.copytree(source, tmp, dirs_exist_ok=True))
+    return True
+
+
+def _write_folder(directory: str | Path, fill: Callable[[Path], object]) -> None:
+    """``directory/FOLDER`` filled by ``fill`` in a temporary folder beside it, then renamed
+    into place (``attnmt.atomic.swap_directory``): the old folder or the new one, whole."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{FOLDER}.", dir=directory))
     try:
-        shutil.copytree(source, tmp, dirs_exist_ok=True)
-        swap_directory(tmp, Path(output) / FOLDER)
+        fill(tmp)
+        swap_directory(tmp, Path(directory) / FOLDER)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return True
 
 
 def starts_of(directory: str | Path) -> Callable[[list[str]], list[list[int]]] | None:
